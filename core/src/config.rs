@@ -1,0 +1,148 @@
+//! Turning the server's identity settings into a layout and a worker id, or
+//! into an error that names the setting and says how to fix it.
+//!
+//! These settings are fixed at server start. A bad one does not stop the
+//! server (an outage for a typo); it makes every generating call fail with
+//! the reason, and the reason is logged at start.
+
+use crate::failure::{Class, Failure};
+use crate::layout::{Layout, Spec, DEFAULT_NAME};
+use crate::timefmt::{format_instant, parse_instant};
+
+/// `snowflake_id.epoch`'s default, as written.
+pub const DEFAULT_EPOCH_TEXT: &str = "2025-01-01 00:00:00+00";
+
+/// The identity settings as the server holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct RawSettings<'a> {
+    /// `-1` while unset.
+    pub worker_id: i32,
+    pub layout: &'a str,
+    pub epoch: &'a str,
+    /// Whether `snowflake_id.epoch` was set anywhere (rather than defaulted).
+    pub epoch_set: bool,
+}
+
+/// This server's validated identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub layout: Layout,
+    pub worker_id: u32,
+}
+
+const RESTART: &str = "then restart PostgreSQL";
+
+pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
+    let layout = server_layout(raw)?;
+    let max = layout.max_worker();
+    let worker_id = match raw.worker_id {
+        -1 => {
+            return Err(Failure::new(Class::NotReady, "snowflake_id.worker_id is not set")
+                .detail("Every server that issues IDs needs a worker id of its own, so that IDs from different servers never collide.")
+                .hint(format!(
+                    "Pick a number from 0 to {max} that no other server uses: ALTER SYSTEM SET snowflake_id.worker_id = 1; {RESTART}."
+                )))
+        }
+        w if w < 0 || w as u64 > max => {
+            return Err(Failure::new(
+                Class::InvalidParameter,
+                format!(
+                    "snowflake_id.worker_id = {w} does not fit the {} worker bits of {} (0 to {max})",
+                    layout.worker_bits(),
+                    layout.title()
+                ),
+            )
+            .hint(format!("ALTER SYSTEM SET snowflake_id.worker_id = <0 to {max}>; {RESTART}.")))
+        }
+        w => w as u32,
+    };
+    Ok(Config { layout, worker_id })
+}
+
+fn server_layout(raw: &RawSettings) -> Result<Layout, Failure> {
+    let wrap = |f: Failure| {
+        let hint = f.hint.clone().unwrap_or_default();
+        Failure { message: format!("invalid snowflake_id.layout: {}", f.message), hint: Some(format!("{hint} Set it with ALTER SYSTEM SET snowflake_id.layout = '...'; {RESTART}.").trim().to_string()), ..f }
+    };
+    let spec = Spec::parse(raw.layout).map_err(wrap)?;
+    let epoch = || {
+        parse_instant(raw.epoch).map_err(|why| {
+            Failure::new(Class::InvalidParameter, format!("invalid snowflake_id.epoch: {why}"))
+                .hint(format!("ALTER SYSTEM SET snowflake_id.epoch = '{DEFAULT_EPOCH_TEXT}'; {RESTART}."))
+        })
+    };
+    match spec {
+        Spec::Named(l) if l.name() == Some(DEFAULT_NAME) => Ok(l.with_epoch(epoch()?)),
+        Spec::Named(l) if raw.epoch_set => Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "snowflake_id.epoch cannot be combined with {}, which has its own epoch ({})",
+                l.title(),
+                format_instant(l.epoch_ms())
+            ),
+        )
+        .hint(format!(
+            "Remove snowflake_id.epoch (ALTER SYSTEM RESET snowflake_id.epoch), or keep it and use a custom layout with the same widths: snowflake_id.layout = '{}'; {RESTART}.",
+            l.spec()
+        ))),
+        Spec::Named(l) => Ok(l),
+        Spec::Custom(c) if c.epoch_ms.is_some() => Err(wrap(
+            Failure::new(Class::InvalidParameter, "it carries an epoch")
+                .hint("Give the epoch in snowflake_id.epoch instead."),
+        )),
+        Spec::Custom(c) => c.with_epoch(epoch()?).map_err(wrap),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(worker_id: i32, layout: &'static str, epoch: &'static str, epoch_set: bool) -> RawSettings<'static> {
+        RawSettings { worker_id, layout, epoch, epoch_set }
+    }
+
+    #[test]
+    fn defaults_need_only_a_worker_id() {
+        let c = configure(&raw(1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap();
+        assert_eq!((c.layout.describe(), c.worker_id), ("snowflake_id".to_string(), 1));
+        let e = configure(&raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
+        assert_eq!((e.class, e.message.as_str()), (Class::NotReady, "snowflake_id.worker_id is not set"));
+        assert!(e.hint.unwrap().contains("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart"));
+    }
+
+    #[test]
+    fn a_worker_id_must_fit_the_layout() {
+        let e = configure(&raw(32, "js53", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
+        assert_eq!(e.class, Class::InvalidParameter);
+        assert_eq!(e.message, "snowflake_id.worker_id = 32 does not fit the 5 worker bits of the js53 layout (0 to 31)");
+        assert!(configure(&raw(-7, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err().message.contains("= -7"));
+        assert_eq!(configure(&raw(31, "js53", DEFAULT_EPOCH_TEXT, false)).unwrap().worker_id, 31);
+    }
+
+    #[test]
+    fn the_epoch_setting_moves_the_default_and_custom_layouts_only() {
+        let c = configure(&raw(1, "snowflake_id", "2020-01-01 00:00:00+00", true)).unwrap();
+        assert_eq!(c.layout.epoch_ms(), 1_577_836_800_000);
+        assert_eq!(c.layout.describe(), "time=41,worker=10,sequence=12,unit=1ms");
+        let c = configure(&raw(1, "total=53,worker=2,sequence=10,unit=1ms", "2020-01-01 00:00:00+00", true)).unwrap();
+        assert_eq!(c.layout.epoch_ms(), 1_577_836_800_000);
+        let c = configure(&raw(1, "twitter", DEFAULT_EPOCH_TEXT, false)).unwrap();
+        assert_eq!(c.layout.epoch_ms(), 1_288_834_974_657);
+        let e = configure(&raw(1, "twitter", "2020-01-01 00:00:00+00", true)).unwrap_err();
+        assert!(e.message.contains("cannot be combined with the twitter layout"), "{}", e.message);
+        assert!(e.hint.unwrap().contains("'time=41,worker=10,sequence=12,unit=1ms'"));
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        let e = configure(&raw(1, "snowflake_id", "2025-01-01", true)).unwrap_err();
+        assert!(e.message.starts_with("invalid snowflake_id.epoch: '2025-01-01' has no UTC offset"), "{}", e.message);
+        let e = configure(&raw(1, "twiter", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
+        assert!(e.message.starts_with("invalid snowflake_id.layout: unknown layout 'twiter'"), "{}", e.message);
+        assert!(e.hint.unwrap().contains("then restart PostgreSQL"));
+        let e = configure(&raw(1, "time=41,worker=10,sequence=12,unit=1ms,epoch=2020-01-01Z", DEFAULT_EPOCH_TEXT, false))
+            .unwrap_err();
+        assert!(e.message.contains("carries an epoch"), "{}", e.message);
+    }
+}

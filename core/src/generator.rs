@@ -1,0 +1,640 @@
+//! The generator: one 64-bit counter in shared memory, advanced by
+//! compare-and-swap, never by a lock.
+//!
+//! The counter is `tick << sequence_bits | sequence`, the ID without its
+//! worker bits. Taking IDs moves it to `max(next, now_tick << sequence_bits)`
+//! plus the number taken, so:
+//! - within a tick the sequence counts up; a full tick carries into the next
+//!   tick by plain addition, borrowing ticks ahead of the clock instead of
+//!   spinning;
+//! - a clock that steps back changes nothing: `next` only ever grows;
+//! - every caller on every backend gets a range no one else got, in the order
+//!   the swaps succeeded.
+//!
+//! Two bounds keep it honest. IDs may carry a tick at most `lead_ticks` ahead
+//! of the wall clock (past that, the caller waits for the clock or is told why
+//! not), and only ticks below `durable_end` may be issued: that bound moves up
+//! only after a durable mark at or above it has been written, so after a crash
+//! generation resumes above every ID that was handed out.
+
+use crate::failure::{Class, Failure};
+use crate::layout::Layout;
+use crate::timefmt::{format_duration, format_instant, setting_value_at_least, UnixMs};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The state shared by every backend. Both words sit on one cache line: a
+/// caller needs both, and one miss is cheaper than two.
+#[repr(C, align(64))]
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The smallest counter value that may be issued next.
+    next: AtomicU64,
+    /// Ticks below this are covered by the durable mark.
+    durable_end: AtomicU64,
+}
+
+impl Shared {
+    /// State for a server whose durable mark says no ID carries a tick above
+    /// `mark`; `None` when nothing was ever issued.
+    pub fn resume(mark: Option<u64>, sequence_bits: u32) -> Shared {
+        let s = Shared::default();
+        s.reset(mark, sequence_bits);
+        s
+    }
+
+    /// Puts the state where [`Shared::resume`] would, for a state that
+    /// already lives in shared memory.
+    pub fn reset(&self, mark: Option<u64>, sequence_bits: u32) {
+        let (next, end) = match mark {
+            Some(m) => ((m + 1) << sequence_bits, m + 1),
+            None => (0, 0),
+        };
+        self.durable_end.store(0, Ordering::SeqCst);
+        self.next.store(next, Ordering::SeqCst);
+        self.durable_end.store(end, Ordering::SeqCst);
+    }
+
+    /// The next counter value that may be issued.
+    pub fn next(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// The first tick not yet covered by the durable mark.
+    pub fn durable_end(&self) -> u64 {
+        self.durable_end.load(Ordering::Acquire)
+    }
+
+    /// Publishes a durable mark. Call only after the mark is on disk, and
+    /// only while holding whatever serialises mark writers.
+    pub fn publish_durable(&self, mark: u64) {
+        self.durable_end.fetch_max(mark + 1, Ordering::AcqRel);
+    }
+
+    /// Stops all generation until a new mark is published (used when the
+    /// durable state must be re-established).
+    pub fn revoke_durable(&self) {
+        self.durable_end.store(0, Ordering::SeqCst);
+    }
+}
+
+/// The per-call limits a take is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub sequence_bits: u32,
+    /// The last tick an ID may carry at all.
+    pub last_tick: u64,
+    /// How many ticks IDs may run ahead of the clock's tick.
+    pub lead_ticks: u64,
+}
+
+/// A run of consecutive counter values handed to one caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub first: u64,
+    pub count: u64,
+    /// Ticks ahead of the clock this take was the first to enter.
+    pub borrowed_ticks: u64,
+}
+
+/// Why a take could not complete now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The durable mark must first cover `through_tick`.
+    NeedDurable { through_tick: u64 },
+    /// IDs are already `lead_ticks` ahead of the clock; the clock must reach
+    /// `resume_tick` first. `next_tick` is the tick the next ID would carry.
+    AheadOfClock { resume_tick: u64, next_tick: u64 },
+    /// The layout has no tick left.
+    Exhausted,
+}
+
+/// Tries to take up to `want` (at least 1) consecutive counter values at
+/// clock tick `now_tick`. May take fewer when the lead bound cuts the run
+/// short; never blocks, never spins on anything but a lost swap.
+#[inline]
+pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Result<Taken, Blocked> {
+    debug_assert!(want >= 1);
+    let s = lim.sequence_bits;
+    let floor = now_tick.min(lim.last_tick + 1) << s;
+    let allowed_tick = now_tick.saturating_add(lim.lead_ticks).min(lim.last_tick);
+    let mut next = shared.next.load(Ordering::Acquire);
+    loop {
+        let first = next.max(floor);
+        let first_tick = first >> s;
+        if first_tick > lim.last_tick {
+            return Err(Blocked::Exhausted);
+        }
+        if first_tick > allowed_tick {
+            return Err(Blocked::AheadOfClock { resume_tick: first_tick - lim.lead_ticks, next_tick: first_tick });
+        }
+        let room = ((allowed_tick + 1) << s) - first;
+        let count = want.min(room);
+        let last_tick = (first + count - 1) >> s;
+        if last_tick >= shared.durable_end.load(Ordering::Acquire) {
+            return Err(Blocked::NeedDurable { through_tick: last_tick });
+        }
+        match shared.next.compare_exchange_weak(next, first + count, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                // Ticks past both the clock and the previous run were entered by this take.
+                let entered_from = if next == 0 { 0 } else { ((next - 1) >> s) + 1 };
+                let lo = entered_from.max(now_tick + 1);
+                let borrowed_ticks = if last_tick >= lo { last_tick - lo + 1 } else { 0 };
+                return Ok(Taken { first, count, borrowed_ticks });
+            }
+            Err(seen) => next = seen,
+        }
+    }
+}
+
+/// The settings that shape waiting, checked against the layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub max_lead_ms: u64,
+    pub max_wait_ms: u64,
+}
+
+impl Policy {
+    /// Checks the settings against the layout's tick length: a wait bound
+    /// shorter than one tick would turn plain overload into errors.
+    pub fn new(layout: &Layout, max_lead_ms: u64, max_wait_ms: u64) -> Result<Policy, Failure> {
+        if max_wait_ms < layout.unit_ms() {
+            return Err(Failure::new(
+                Class::InvalidParameter,
+                format!(
+                    "snowflake_id.max_wait ({max_wait_ms} ms) is shorter than one tick of {} ({} ms)",
+                    layout.title(),
+                    layout.unit_ms()
+                ),
+            )
+            .detail("Callers that ask for IDs faster than the layout allows wait up to one tick for the next one.")
+            .hint(format!(
+                "ALTER SYSTEM SET snowflake_id.max_wait = '{}'; SELECT pg_reload_conf();",
+                setting_value_at_least(layout.unit_ms())
+            )));
+        }
+        Ok(Policy { max_lead_ms, max_wait_ms })
+    }
+
+    pub fn limits(&self, layout: &Layout) -> Limits {
+        Limits {
+            sequence_bits: layout.sequence_bits(),
+            last_tick: layout.last_tick(),
+            lead_ticks: self.max_lead_ms / layout.unit_ms(),
+        }
+    }
+}
+
+/// What the generator needs from the world: a clock, a way to wait, and a
+/// way to make a mark durable. The Postgres shell implements it over the
+/// system clock, latches and a file; tests implement it over plain numbers.
+pub trait Env {
+    type Error;
+    /// The wall clock, read once per call and again after each wait.
+    fn now_ms(&mut self) -> UnixMs;
+    /// Waits about `ms` milliseconds; may return early; must let the caller
+    /// be cancelled.
+    fn wait_ms(&mut self, ms: u64) -> Result<(), Self::Error>;
+    /// Makes the durable mark cover `through_tick` and publishes it.
+    fn make_durable(&mut self, through_tick: u64) -> Result<(), Self::Error>;
+    /// Turns a failure into the caller's error.
+    fn fail(&mut self, failure: Failure) -> Self::Error;
+}
+
+/// Hands out `want` counter values through `sink`, in one or more
+/// increasing runs, waiting for the clock or the durable mark as needed.
+pub fn generate<E: Env>(
+    shared: &Shared,
+    layout: &Layout,
+    policy: &Policy,
+    env: &mut E,
+    want: u64,
+    mut sink: impl FnMut(Taken),
+) -> Result<(), E::Error> {
+    let lim = policy.limits(layout);
+    let mut left = want;
+    let mut now = env.now_ms();
+    while left > 0 {
+        let Some(now_tick) = layout.tick_at_ms(now) else {
+            return Err(env.fail(clock_before_epoch(layout, now)));
+        };
+        match try_take(shared, &lim, now_tick, left) {
+            Ok(t) => {
+                left -= t.count;
+                sink(t);
+            }
+            Err(Blocked::NeedDurable { through_tick }) => env.make_durable(through_tick)?,
+            Err(Blocked::Exhausted) => return Err(env.fail(exhausted(layout))),
+            Err(Blocked::AheadOfClock { resume_tick, next_tick }) => {
+                let wait = (layout.tick_start_ms(resume_tick) - now).max(1) as u64;
+                if wait > policy.max_wait_ms {
+                    let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
+                    return Err(env.fail(clock_behind(policy, behind, wait)));
+                }
+                env.wait_ms(wait)?;
+                now = env.now_ms();
+            }
+        }
+    }
+    Ok(())
+}
+
+fn clock_before_epoch(layout: &Layout, now: UnixMs) -> Failure {
+    Failure::new(
+        Class::InvalidParameter,
+        format!(
+            "the system clock reads {}, before the epoch of {} ({})",
+            format_instant(now),
+            layout.title(),
+            format_instant(layout.epoch_ms())
+        ),
+    )
+    .hint("Set the system clock right; if the epoch is what is wrong, set snowflake_id.epoch to a past time and restart.")
+}
+
+fn exhausted(layout: &Layout) -> Failure {
+    Failure::new(
+        Class::LayoutExhausted,
+        format!(
+            "{} has run out of time: its last ID time was {}",
+            layout.title(),
+            format_instant(layout.end_ms() - 1)
+        ),
+    )
+    .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout\" in the README.")
+}
+
+fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "the system clock is {} behind the time of the last issued ID, more than snowflake_id.max_lead ({}) allows",
+            format_duration(behind_ms),
+            format_duration(policy.max_lead_ms)
+        ),
+    )
+    .detail(format!(
+        "Waiting for the clock would take {}, longer than snowflake_id.max_wait ({}).",
+        format_duration(wait_ms),
+        format_duration(policy.max_wait_ms)
+    ))
+    .hint(format!(
+        "If the clock was stepped back, IDs resume by themselves in {}. To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
+        format_duration(wait_ms),
+        setting_value_at_least(behind_ms + 1000)
+    ))
+}
+
+/// When and how far ahead the durable mark is moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// How many ticks ahead of the newest tick in use one write covers.
+    pub window_ticks: u64,
+}
+
+impl Reservation {
+    /// About one second of ticks, and never fewer than two, so one write
+    /// serves many IDs and the background writer stays a tick ahead.
+    pub fn for_layout(layout: &Layout) -> Reservation {
+        Reservation { window_ticks: (1000 / layout.unit_ms()).max(2) }
+    }
+
+    /// The newest tick in use: the clock's, or the last issued one if IDs run ahead.
+    fn base(shared: &Shared, lim: &Limits, now_tick: u64) -> u64 {
+        let next = shared.next();
+        let last_issued = if next == 0 { 0 } else { (next - 1) >> lim.sequence_bits };
+        now_tick.max(last_issued)
+    }
+
+    /// The mark to write so that IDs through `through_tick` and a window
+    /// beyond the newest tick in use are covered.
+    pub fn target(&self, shared: &Shared, lim: &Limits, now_tick: u64, through_tick: u64) -> u64 {
+        let base = Self::base(shared, lim, now_tick).max(through_tick);
+        base.saturating_add(self.window_ticks).min(lim.last_tick)
+    }
+
+    /// Whether a background writer should move the mark now: when less than
+    /// half a window is left ahead of the newest tick in use.
+    pub fn due(&self, shared: &Shared, lim: &Limits, now_tick: u64) -> bool {
+        let base = Self::base(shared, lim, now_tick).min(lim.last_tick);
+        shared.durable_end() <= base.saturating_add(self.window_ticks / 2) && shared.durable_end() <= lim.last_tick
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{CustomSpec, FieldOrder, DEFAULT_EPOCH_MS};
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    fn lim(s: u32, lead: u64) -> Limits {
+        Limits { sequence_bits: s, last_tick: (1 << 41) - 1, lead_ticks: lead }
+    }
+
+    fn durable(shared: &Shared) {
+        shared.publish_durable(u64::MAX - 1);
+    }
+
+    #[test]
+    fn sequence_counts_up_within_a_tick_and_jumps_with_the_clock() {
+        let sh = Shared::resume(None, 12);
+        durable(&sh);
+        let l = lim(12, 0);
+        assert_eq!(try_take(&sh, &l, 5, 1).unwrap().first, 5 << 12);
+        assert_eq!(try_take(&sh, &l, 5, 1).unwrap().first, (5 << 12) + 1);
+        assert_eq!(try_take(&sh, &l, 9, 1).unwrap().first, 9 << 12);
+    }
+
+    #[test]
+    fn a_full_tick_borrows_the_next_instead_of_spinning() {
+        let sh = Shared::resume(None, 2);
+        durable(&sh);
+        let l = lim(2, 3);
+        let t = try_take(&sh, &l, 10, 4).unwrap();
+        assert_eq!((t.first, t.count, t.borrowed_ticks), (40, 4, 0));
+        let t = try_take(&sh, &l, 10, 1).unwrap();
+        assert_eq!((t.first >> 2, t.borrowed_ticks), (11, 1));
+        // A run that crosses ticks counts each tick it enters ahead of the clock once.
+        let t = try_take(&sh, &l, 10, 8).unwrap();
+        assert_eq!((t.first, t.count, t.borrowed_ticks), (45, 8, 2));
+        // The lead bound caps a run, then stops the next one.
+        let t = try_take(&sh, &l, 10, 100).unwrap();
+        assert_eq!((t.first, t.count), (53, 3));
+        assert_eq!(try_take(&sh, &l, 10, 1), Err(Blocked::AheadOfClock { resume_tick: 11, next_tick: 14 }));
+        assert_eq!(try_take(&sh, &l, 11, 1).unwrap().first, 56);
+    }
+
+    #[test]
+    fn a_clock_stepping_back_never_repeats() {
+        let sh = Shared::resume(None, 12);
+        durable(&sh);
+        let l = lim(12, 1_000_000);
+        let a = try_take(&sh, &l, 1_000_000, 1).unwrap().first;
+        let b = try_take(&sh, &l, 999_000, 1).unwrap().first;
+        let c = try_take(&sh, &l, 0, 1).unwrap().first;
+        assert!(a < b && b < c, "{a} {b} {c}");
+        // With no lead allowed, the same step blocks until the clock is back.
+        let strict = lim(12, 0);
+        assert_eq!(
+            try_take(&sh, &strict, 999_000, 1),
+            Err(Blocked::AheadOfClock { resume_tick: 1_000_000, next_tick: 1_000_000 })
+        );
+    }
+
+    #[test]
+    fn nothing_is_issued_past_the_durable_mark() {
+        let sh = Shared::resume(Some(99), 12);
+        let l = lim(12, 1000);
+        assert_eq!(try_take(&sh, &l, 50, 1), Err(Blocked::NeedDurable { through_tick: 100 }));
+        sh.publish_durable(100);
+        // A run must be covered whole.
+        assert_eq!(try_take(&sh, &l, 50, 4097), Err(Blocked::NeedDurable { through_tick: 101 }));
+        let t = try_take(&sh, &l, 50, 4096).unwrap();
+        // Resumes above the old mark whatever the clock says, and stops at the new one.
+        assert_eq!((t.first, t.count), (100 << 12, 4096));
+        assert_eq!(try_take(&sh, &l, 50, 1), Err(Blocked::NeedDurable { through_tick: 101 }));
+        sh.revoke_durable();
+        assert!(try_take(&sh, &l, 200, 1).is_err());
+    }
+
+    #[test]
+    fn the_last_tick_is_an_error_never_a_wrap() {
+        let sh = Shared::resume(None, 2);
+        durable(&sh);
+        let l = Limits { sequence_bits: 2, last_tick: 3, lead_ticks: 10 };
+        assert_eq!(try_take(&sh, &l, 3, 10).unwrap().count, 4);
+        assert_eq!(try_take(&sh, &l, 3, 1), Err(Blocked::Exhausted));
+        assert_eq!(try_take(&sh, &l, 1 << 40, 1), Err(Blocked::Exhausted));
+    }
+
+    #[test]
+    fn threads_sharing_one_word_never_collide_and_each_sees_increase() {
+        let sh = Arc::new(Shared::resume(None, 12));
+        durable(&sh);
+        let clock = Arc::new(AtomicU64::new(1000));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (sh, clock) = (sh.clone(), clock.clone());
+                std::thread::spawn(move || {
+                    let l = lim(12, 50);
+                    let mut mine = Vec::with_capacity(40_000);
+                    for n in 0..40_000u64 {
+                        // Some threads read a clock that lags or jumps back.
+                        let c = clock.fetch_add(u64::from(n % 97 == 0), Ordering::Relaxed);
+                        let now = if i % 3 == 0 { c.saturating_sub(30) } else { c };
+                        match try_take(&sh, &l, now, 1 + (n % 3)) {
+                            Ok(t) => mine.extend(t.first..t.first + t.count),
+                            Err(Blocked::AheadOfClock { .. }) => {
+                                clock.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("{e:?}"),
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        let mut total = 0;
+        for t in threads {
+            let mine = t.join().unwrap();
+            assert!(mine.windows(2).all(|w| w[0] < w[1]), "a thread saw IDs go down");
+            total += mine.len();
+            all.extend(mine);
+        }
+        assert_eq!(all.len(), total, "some ID was issued twice");
+        assert!(total > 8 * 40_000);
+    }
+
+    /// A world made of numbers: a clock that moves as told and a durable
+    /// mark that is always written.
+    struct FakeEnv {
+        now: UnixMs,
+        steps: Vec<i64>,
+        waited: u64,
+        waits: u32,
+        writes: u32,
+        reservation: Reservation,
+        lim: Limits,
+        shared: Arc<Shared>,
+    }
+
+    impl Env for FakeEnv {
+        type Error = Failure;
+        fn now_ms(&mut self) -> UnixMs {
+            if let Some(step) = self.steps.pop() {
+                self.now += step;
+            }
+            self.now
+        }
+        fn wait_ms(&mut self, ms: u64) -> Result<(), Failure> {
+            self.waits += 1;
+            self.waited += ms;
+            self.now += ms as i64;
+            Ok(())
+        }
+        fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
+            self.writes += 1;
+            let now_tick = (self.now - DEFAULT_EPOCH_MS) as u64;
+            let mark = self.reservation.target(&self.shared, &self.lim, now_tick, through_tick);
+            assert!(mark >= through_tick);
+            self.shared.publish_durable(mark);
+            Ok(())
+        }
+        fn fail(&mut self, f: Failure) -> Failure {
+            f
+        }
+    }
+
+    fn one_ms_layout(seq: u32) -> Layout {
+        CustomSpec {
+            unit_ms: 1,
+            time_bits: 41,
+            worker_bits: 10,
+            sequence_bits: seq,
+            order: FieldOrder::TimeWorkerSequence,
+            epoch_ms: None,
+        }
+        .with_epoch(DEFAULT_EPOCH_MS)
+        .unwrap()
+    }
+
+    fn env_for(layout: &Layout, policy: &Policy, start: UnixMs) -> FakeEnv {
+        FakeEnv {
+            now: start,
+            steps: vec![],
+            waited: 0,
+            waits: 0,
+            writes: 0,
+            reservation: Reservation::for_layout(layout),
+            lim: policy.limits(layout),
+            shared: Arc::new(Shared::resume(None, layout.sequence_bits())),
+        }
+    }
+
+    #[test]
+    fn overload_is_throttled_to_the_layout_capacity() {
+        let layout = one_ms_layout(4);
+        let policy = Policy::new(&layout, 10, 1000).unwrap();
+        let start = DEFAULT_EPOCH_MS + 5000;
+        let mut env = env_for(&layout, &policy, start);
+        let shared = env.shared.clone();
+        let mut got = vec![];
+        generate(&shared, &layout, &policy, &mut env, 16 * 100, |t| got.extend(t.first..t.first + t.count)).unwrap();
+        assert_eq!(got.len(), 1600);
+        assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "one caller's IDs are consecutive here");
+        // 100 ticks of IDs; ticks 5000..=5010 were open at once, the other 89 waited for the clock.
+        assert_eq!(env.waited, 89);
+        let last_tick = got.last().unwrap() >> 4;
+        assert_eq!(last_tick, 5099);
+        assert!(layout.tick_start_ms(last_tick) - env.now <= 10, "ran further ahead than max_lead");
+        assert_eq!(env.writes, 1, "one durable write covers a second of ticks");
+    }
+
+    #[test]
+    fn a_clock_far_behind_is_an_error_that_says_how_far() {
+        let layout = one_ms_layout(12);
+        let policy = Policy::new(&layout, 10_000, 1000).unwrap();
+        let start = DEFAULT_EPOCH_MS + 3_600_000;
+        let mut env = env_for(&layout, &policy, start);
+        let shared = env.shared.clone();
+        generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
+        // Within the lead: absorbed, no wait.
+        env.steps = vec![-5_000];
+        generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
+        assert_eq!(env.waits, 0);
+        // Just past the lead: a short wait.
+        env.steps = vec![-5_500];
+        generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
+        assert_eq!((env.waits, env.waited), (1, 500));
+        // Far past it: an error, at once.
+        env.steps = vec![-60_000];
+        let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        assert_eq!(env.waits, 1);
+        assert_eq!(e.class, Class::NotReady);
+        // The clock now reads 70 s before the newest ID: 60 s more than the lead.
+        assert!(e.message.starts_with("the system clock is 1 min 10 s behind"), "{}", e.message);
+        assert!(e.detail.as_deref().unwrap().contains("would take 1 min 0 s"), "{:?}", e.detail);
+        assert!(e.hint.as_deref().unwrap().contains("max_lead = '71s'"), "{:?}", e.hint);
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        let js53 = Layout::by_name("js53").unwrap();
+        let e = Policy::new(&js53, 10_000, 500).unwrap_err();
+        assert_eq!(e.class, Class::InvalidParameter);
+        assert!(e.message.contains("max_wait (500 ms) is shorter than one tick"), "{}", e.message);
+        assert!(e.hint.unwrap().contains("'1000ms'"));
+        assert!(Policy::new(&js53, 0, 1000).is_ok());
+    }
+
+    #[test]
+    fn before_the_epoch_and_after_the_end() {
+        let layout = Layout::by_name("baidu").unwrap();
+        let policy = Policy::new(&layout, 10_000, 1000).unwrap();
+        let mut env = env_for(&layout, &policy, layout.end_ms() + 10);
+        let shared = env.shared.clone();
+        let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        assert_eq!(e.class, Class::LayoutExhausted);
+        assert!(e.message.contains("2024-11-"), "{}", e.message);
+        env.now = layout.epoch_ms() - 1;
+        let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        assert!(e.message.contains("before the epoch"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_background_writer_keeps_callers_off_the_disk() {
+        for layout in [one_ms_layout(12), Layout::by_name("js53").unwrap(), Layout::by_name("sonyflake").unwrap()] {
+            let policy = Policy::new(&layout, 10_000, 1000).unwrap();
+            let lim = policy.limits(&layout);
+            let res = Reservation::for_layout(&layout);
+            let sh = Shared::resume(Some(0), layout.sequence_bits());
+            let mut caller_writes = 0;
+            // A writer that looks every 100 ms; callers every ms, at the clock.
+            for ms in 0..20_000u64 {
+                let now_tick = (ms + 10_000) / layout.unit_ms();
+                if ms % 100 == 0 && res.due(&sh, &lim, now_tick) {
+                    sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
+                }
+                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1) {
+                    caller_writes += 1;
+                    sh.publish_durable(res.target(&sh, &lim, now_tick, through_tick));
+                }
+            }
+            assert!(caller_writes <= 1, "{}: callers wrote {caller_writes} times", layout.describe());
+        }
+    }
+
+    proptest! {
+        /// Any clock, stepping any way, any request sizes: one caller's IDs
+        /// strictly increase, stay under the durable mark, and never run
+        /// further ahead of the clock than the lead.
+        #[test]
+        fn any_clock_any_load(
+            steps in prop::collection::vec(-5_000i64..5_000, 1..200),
+            wants in prop::collection::vec(1u64..3000, 1..200),
+            lead in 0u64..2000,
+        ) {
+            let layout = one_ms_layout(6);
+            let policy = Policy::new(&layout, lead, 1_000_000).unwrap();
+            let mut env = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 1_000_000);
+            let shared = env.shared.clone();
+            let mut last: Option<u64> = None;
+            for (i, want) in wants.iter().enumerate() {
+                env.steps = vec![steps[i % steps.len()]];
+                let mut runs = vec![];
+                generate(&shared, &layout, &policy, &mut env, *want, |t| runs.push(t)).unwrap();
+                prop_assert_eq!(runs.iter().map(|t| t.count).sum::<u64>(), *want);
+                for t in runs {
+                    prop_assert!(last.is_none_or(|l| t.first > l));
+                    let end = t.first + t.count - 1;
+                    last = Some(end);
+                    prop_assert!(end >> 6 < shared.durable_end());
+                }
+                let ahead = layout.tick_start_ms(last.unwrap() >> 6) - env.now;
+                prop_assert!(ahead <= lead as i64, "ran {} ms ahead with lead {}", ahead, lead);
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The pure-Rust core of snowflake_id: no Postgres in here, so `cargo test`
+//! checks it in milliseconds.
+//!
+//! - [`layout`]: the bit layouts, named and custom, and all their range checks.
+//! - [`config`]: the identity settings, validated.
+//! - [`generator`]: the lock-free generator over one shared 64-bit word.
+//! - [`timefmt`]: instants and durations as text.
+//! - [`failure`]: errors as Postgres reports them.
+//! - [`mark`]: the durable high-water mark file.
+//! - [`resume`]: where generation may resume after a start or a crash.
+
+pub mod config;
+pub mod failure;
+pub mod generator;
+pub mod layout;
+pub mod timefmt;
+
+pub use failure::{Class, Failure};
+pub mod mark;
+pub mod resume;
