@@ -59,16 +59,32 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     Ok(Config { layout, worker_id })
 }
 
-fn server_layout(raw: &RawSettings) -> Result<Layout, Failure> {
+/// This server's layout with its epoch settled: all that decoding needs.
+pub fn server_layout(raw: &RawSettings) -> Result<Layout, Failure> {
     let wrap = |f: Failure| {
         let hint = f.hint.clone().unwrap_or_default();
-        Failure { message: format!("invalid snowflake_id.layout: {}", f.message), hint: Some(format!("{hint} Set it with ALTER SYSTEM SET snowflake_id.layout = '...'; {RESTART}.").trim().to_string()), ..f }
+        Failure {
+            message: format!("invalid snowflake_id.layout: {}", f.message),
+            hint: Some(
+                format!(
+                    "{hint} Set it with ALTER SYSTEM SET snowflake_id.layout = '...'; {RESTART}."
+                )
+                .trim()
+                .to_string(),
+            ),
+            ..f
+        }
     };
     let spec = Spec::parse(raw.layout).map_err(wrap)?;
     let epoch = || {
         parse_instant(raw.epoch).map_err(|why| {
-            Failure::new(Class::InvalidParameter, format!("invalid snowflake_id.epoch: {why}"))
-                .hint(format!("ALTER SYSTEM SET snowflake_id.epoch = '{DEFAULT_EPOCH_TEXT}'; {RESTART}."))
+            Failure::new(
+                Class::InvalidParameter,
+                format!("invalid snowflake_id.epoch: {why}"),
+            )
+            .hint(format!(
+                "ALTER SYSTEM SET snowflake_id.epoch = '{DEFAULT_EPOCH_TEXT}'; {RESTART}."
+            ))
         })
     };
     match spec {
@@ -98,17 +114,36 @@ fn server_layout(raw: &RawSettings) -> Result<Layout, Failure> {
 mod tests {
     use super::*;
 
-    fn raw(worker_id: i32, layout: &'static str, epoch: &'static str, epoch_set: bool) -> RawSettings<'static> {
-        RawSettings { worker_id, layout, epoch, epoch_set }
+    fn raw(
+        worker_id: i32,
+        layout: &'static str,
+        epoch: &'static str,
+        epoch_set: bool,
+    ) -> RawSettings<'static> {
+        RawSettings {
+            worker_id,
+            layout,
+            epoch,
+            epoch_set,
+        }
     }
 
     #[test]
     fn defaults_need_only_a_worker_id() {
         let c = configure(&raw(1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap();
-        assert_eq!((c.layout.describe(), c.worker_id), ("snowflake_id".to_string(), 1));
+        assert_eq!(
+            (c.layout.describe(), c.worker_id),
+            ("snowflake_id".to_string(), 1)
+        );
         let e = configure(&raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
-        assert_eq!((e.class, e.message.as_str()), (Class::NotReady, "snowflake_id.worker_id is not set"));
-        assert!(e.hint.unwrap().contains("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart"));
+        assert_eq!(
+            (e.class, e.message.as_str()),
+            (Class::NotReady, "snowflake_id.worker_id is not set")
+        );
+        assert!(e
+            .hint
+            .unwrap()
+            .contains("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart"));
     }
 
     #[test]
@@ -116,33 +151,75 @@ mod tests {
         let e = configure(&raw(32, "js53", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
         assert_eq!(e.class, Class::InvalidParameter);
         assert_eq!(e.message, "snowflake_id.worker_id = 32 does not fit the 5 worker bits of the js53 layout (0 to 31)");
-        assert!(configure(&raw(-7, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err().message.contains("= -7"));
-        assert_eq!(configure(&raw(31, "js53", DEFAULT_EPOCH_TEXT, false)).unwrap().worker_id, 31);
+        assert!(
+            configure(&raw(-7, "snowflake_id", DEFAULT_EPOCH_TEXT, false))
+                .unwrap_err()
+                .message
+                .contains("= -7")
+        );
+        assert_eq!(
+            configure(&raw(31, "js53", DEFAULT_EPOCH_TEXT, false))
+                .unwrap()
+                .worker_id,
+            31
+        );
     }
 
     #[test]
     fn the_epoch_setting_moves_the_default_and_custom_layouts_only() {
         let c = configure(&raw(1, "snowflake_id", "2020-01-01 00:00:00+00", true)).unwrap();
         assert_eq!(c.layout.epoch_ms(), 1_577_836_800_000);
-        assert_eq!(c.layout.describe(), "time=41,worker=10,sequence=12,unit=1ms");
-        let c = configure(&raw(1, "total=53,worker=2,sequence=10,unit=1ms", "2020-01-01 00:00:00+00", true)).unwrap();
+        assert_eq!(
+            c.layout.describe(),
+            "time=41,worker=10,sequence=12,unit=1ms"
+        );
+        let c = configure(&raw(
+            1,
+            "total=53,worker=2,sequence=10,unit=1ms",
+            "2020-01-01 00:00:00+00",
+            true,
+        ))
+        .unwrap();
         assert_eq!(c.layout.epoch_ms(), 1_577_836_800_000);
         let c = configure(&raw(1, "twitter", DEFAULT_EPOCH_TEXT, false)).unwrap();
         assert_eq!(c.layout.epoch_ms(), 1_288_834_974_657);
         let e = configure(&raw(1, "twitter", "2020-01-01 00:00:00+00", true)).unwrap_err();
-        assert!(e.message.contains("cannot be combined with the twitter layout"), "{}", e.message);
-        assert!(e.hint.unwrap().contains("'time=41,worker=10,sequence=12,unit=1ms'"));
+        assert!(
+            e.message
+                .contains("cannot be combined with the twitter layout"),
+            "{}",
+            e.message
+        );
+        assert!(e
+            .hint
+            .unwrap()
+            .contains("'time=41,worker=10,sequence=12,unit=1ms'"));
     }
 
     #[test]
     fn bad_values_name_their_setting() {
         let e = configure(&raw(1, "snowflake_id", "2025-01-01", true)).unwrap_err();
-        assert!(e.message.starts_with("invalid snowflake_id.epoch: '2025-01-01' has no UTC offset"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("invalid snowflake_id.epoch: '2025-01-01' has no UTC offset"),
+            "{}",
+            e.message
+        );
         let e = configure(&raw(1, "twiter", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
-        assert!(e.message.starts_with("invalid snowflake_id.layout: unknown layout 'twiter'"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("invalid snowflake_id.layout: unknown layout 'twiter'"),
+            "{}",
+            e.message
+        );
         assert!(e.hint.unwrap().contains("then restart PostgreSQL"));
-        let e = configure(&raw(1, "time=41,worker=10,sequence=12,unit=1ms,epoch=2020-01-01Z", DEFAULT_EPOCH_TEXT, false))
-            .unwrap_err();
+        let e = configure(&raw(
+            1,
+            "time=41,worker=10,sequence=12,unit=1ms,epoch=2020-01-01Z",
+            DEFAULT_EPOCH_TEXT,
+            false,
+        ))
+        .unwrap_err();
         assert!(e.message.contains("carries an epoch"), "{}", e.message);
     }
 }

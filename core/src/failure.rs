@@ -56,7 +56,12 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(class: Class, message: impl Into<String>) -> Self {
-        Failure { class, message: message.into(), detail: None, hint: None }
+        Failure {
+            class,
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> Self {

@@ -125,21 +125,39 @@ pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Resu
             return Err(Blocked::Exhausted);
         }
         if first_tick > allowed_tick {
-            return Err(Blocked::AheadOfClock { resume_tick: first_tick - lim.lead_ticks, next_tick: first_tick });
+            return Err(Blocked::AheadOfClock {
+                resume_tick: first_tick - lim.lead_ticks,
+                next_tick: first_tick,
+            });
         }
         let room = ((allowed_tick + 1) << s) - first;
         let count = want.min(room);
         let last_tick = (first + count - 1) >> s;
         if last_tick >= shared.durable_end.load(Ordering::Acquire) {
-            return Err(Blocked::NeedDurable { through_tick: last_tick });
+            return Err(Blocked::NeedDurable {
+                through_tick: last_tick,
+            });
         }
-        match shared.next.compare_exchange_weak(next, first + count, Ordering::AcqRel, Ordering::Acquire) {
+        match shared.next.compare_exchange_weak(
+            next,
+            first + count,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
             Ok(_) => {
                 // Ticks past both the clock and the previous run were entered by this take.
                 let entered_from = if next == 0 { 0 } else { ((next - 1) >> s) + 1 };
                 let lo = entered_from.max(now_tick + 1);
-                let borrowed_ticks = if last_tick >= lo { last_tick - lo + 1 } else { 0 };
-                return Ok(Taken { first, count, borrowed_ticks });
+                let borrowed_ticks = if last_tick >= lo {
+                    last_tick - lo + 1
+                } else {
+                    0
+                };
+                return Ok(Taken {
+                    first,
+                    count,
+                    borrowed_ticks,
+                });
             }
             Err(seen) => next = seen,
         }
@@ -172,7 +190,10 @@ impl Policy {
                 setting_value_at_least(layout.unit_ms())
             )));
         }
-        Ok(Policy { max_lead_ms, max_wait_ms })
+        Ok(Policy {
+            max_lead_ms,
+            max_wait_ms,
+        })
     }
 
     pub fn limits(&self, layout: &Layout) -> Limits {
@@ -224,7 +245,10 @@ pub fn generate<E: Env>(
             }
             Err(Blocked::NeedDurable { through_tick }) => env.make_durable(through_tick)?,
             Err(Blocked::Exhausted) => return Err(env.fail(exhausted(layout))),
-            Err(Blocked::AheadOfClock { resume_tick, next_tick }) => {
+            Err(Blocked::AheadOfClock {
+                resume_tick,
+                next_tick,
+            }) => {
                 let wait = (layout.tick_start_ms(resume_tick) - now).max(1) as u64;
                 if wait > policy.max_wait_ms {
                     let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
@@ -295,13 +319,19 @@ impl Reservation {
     /// About one second of ticks, and never fewer than two, so one write
     /// serves many IDs and the background writer stays a tick ahead.
     pub fn for_layout(layout: &Layout) -> Reservation {
-        Reservation { window_ticks: (1000 / layout.unit_ms()).max(2) }
+        Reservation {
+            window_ticks: (1000 / layout.unit_ms()).max(2),
+        }
     }
 
     /// The newest tick in use: the clock's, or the last issued one if IDs run ahead.
     fn base(shared: &Shared, lim: &Limits, now_tick: u64) -> u64 {
         let next = shared.next();
-        let last_issued = if next == 0 { 0 } else { (next - 1) >> lim.sequence_bits };
+        let last_issued = if next == 0 {
+            0
+        } else {
+            (next - 1) >> lim.sequence_bits
+        };
         now_tick.max(last_issued)
     }
 
@@ -316,7 +346,8 @@ impl Reservation {
     /// half a window is left ahead of the newest tick in use.
     pub fn due(&self, shared: &Shared, lim: &Limits, now_tick: u64) -> bool {
         let base = Self::base(shared, lim, now_tick).min(lim.last_tick);
-        shared.durable_end() <= base.saturating_add(self.window_ticks / 2) && shared.durable_end() <= lim.last_tick
+        shared.durable_end() <= base.saturating_add(self.window_ticks / 2)
+            && shared.durable_end() <= lim.last_tick
     }
 }
 
@@ -329,7 +360,11 @@ mod tests {
     use std::sync::Arc;
 
     fn lim(s: u32, lead: u64) -> Limits {
-        Limits { sequence_bits: s, last_tick: (1 << 41) - 1, lead_ticks: lead }
+        Limits {
+            sequence_bits: s,
+            last_tick: (1 << 41) - 1,
+            lead_ticks: lead,
+        }
     }
 
     fn durable(shared: &Shared) {
@@ -361,7 +396,13 @@ mod tests {
         // The lead bound caps a run, then stops the next one.
         let t = try_take(&sh, &l, 10, 100).unwrap();
         assert_eq!((t.first, t.count), (53, 3));
-        assert_eq!(try_take(&sh, &l, 10, 1), Err(Blocked::AheadOfClock { resume_tick: 11, next_tick: 14 }));
+        assert_eq!(
+            try_take(&sh, &l, 10, 1),
+            Err(Blocked::AheadOfClock {
+                resume_tick: 11,
+                next_tick: 14
+            })
+        );
         assert_eq!(try_take(&sh, &l, 11, 1).unwrap().first, 56);
     }
 
@@ -378,7 +419,10 @@ mod tests {
         let strict = lim(12, 0);
         assert_eq!(
             try_take(&sh, &strict, 999_000, 1),
-            Err(Blocked::AheadOfClock { resume_tick: 1_000_000, next_tick: 1_000_000 })
+            Err(Blocked::AheadOfClock {
+                resume_tick: 1_000_000,
+                next_tick: 1_000_000
+            })
         );
     }
 
@@ -386,14 +430,23 @@ mod tests {
     fn nothing_is_issued_past_the_durable_mark() {
         let sh = Shared::resume(Some(99), 12);
         let l = lim(12, 1000);
-        assert_eq!(try_take(&sh, &l, 50, 1), Err(Blocked::NeedDurable { through_tick: 100 }));
+        assert_eq!(
+            try_take(&sh, &l, 50, 1),
+            Err(Blocked::NeedDurable { through_tick: 100 })
+        );
         sh.publish_durable(100);
         // A run must be covered whole.
-        assert_eq!(try_take(&sh, &l, 50, 4097), Err(Blocked::NeedDurable { through_tick: 101 }));
+        assert_eq!(
+            try_take(&sh, &l, 50, 4097),
+            Err(Blocked::NeedDurable { through_tick: 101 })
+        );
         let t = try_take(&sh, &l, 50, 4096).unwrap();
         // Resumes above the old mark whatever the clock says, and stops at the new one.
         assert_eq!((t.first, t.count), (100 << 12, 4096));
-        assert_eq!(try_take(&sh, &l, 50, 1), Err(Blocked::NeedDurable { through_tick: 101 }));
+        assert_eq!(
+            try_take(&sh, &l, 50, 1),
+            Err(Blocked::NeedDurable { through_tick: 101 })
+        );
         sh.revoke_durable();
         assert!(try_take(&sh, &l, 200, 1).is_err());
     }
@@ -402,7 +455,11 @@ mod tests {
     fn the_last_tick_is_an_error_never_a_wrap() {
         let sh = Shared::resume(None, 2);
         durable(&sh);
-        let l = Limits { sequence_bits: 2, last_tick: 3, lead_ticks: 10 };
+        let l = Limits {
+            sequence_bits: 2,
+            last_tick: 3,
+            lead_ticks: 10,
+        };
         assert_eq!(try_take(&sh, &l, 3, 10).unwrap().count, 4);
         assert_eq!(try_take(&sh, &l, 3, 1), Err(Blocked::Exhausted));
         assert_eq!(try_take(&sh, &l, 1 << 40, 1), Err(Blocked::Exhausted));
@@ -439,7 +496,10 @@ mod tests {
         let mut total = 0;
         for t in threads {
             let mine = t.join().unwrap();
-            assert!(mine.windows(2).all(|w| w[0] < w[1]), "a thread saw IDs go down");
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "a thread saw IDs go down"
+            );
             total += mine.len();
             all.extend(mine);
         }
@@ -477,7 +537,9 @@ mod tests {
         fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
             self.writes += 1;
             let now_tick = (self.now - DEFAULT_EPOCH_MS) as u64;
-            let mark = self.reservation.target(&self.shared, &self.lim, now_tick, through_tick);
+            let mark = self
+                .reservation
+                .target(&self.shared, &self.lim, now_tick, through_tick);
             assert!(mark >= through_tick);
             self.shared.publish_durable(mark);
             Ok(())
@@ -521,14 +583,23 @@ mod tests {
         let mut env = env_for(&layout, &policy, start);
         let shared = env.shared.clone();
         let mut got = vec![];
-        generate(&shared, &layout, &policy, &mut env, 16 * 100, |t| got.extend(t.first..t.first + t.count)).unwrap();
+        generate(&shared, &layout, &policy, &mut env, 16 * 100, |t| {
+            got.extend(t.first..t.first + t.count)
+        })
+        .unwrap();
         assert_eq!(got.len(), 1600);
-        assert!(got.windows(2).all(|w| w[1] == w[0] + 1), "one caller's IDs are consecutive here");
+        assert!(
+            got.windows(2).all(|w| w[1] == w[0] + 1),
+            "one caller's IDs are consecutive here"
+        );
         // 100 ticks of IDs; ticks 5000..=5010 were open at once, the other 89 waited for the clock.
         assert_eq!(env.waited, 89);
         let last_tick = got.last().unwrap() >> 4;
         assert_eq!(last_tick, 5099);
-        assert!(layout.tick_start_ms(last_tick) - env.now <= 10, "ran further ahead than max_lead");
+        assert!(
+            layout.tick_start_ms(last_tick) - env.now <= 10,
+            "ran further ahead than max_lead"
+        );
         assert_eq!(env.writes, 1, "one durable write covers a second of ticks");
     }
 
@@ -554,9 +625,25 @@ mod tests {
         assert_eq!(env.waits, 1);
         assert_eq!(e.class, Class::NotReady);
         // The clock now reads 70 s before the newest ID: 60 s more than the lead.
-        assert!(e.message.starts_with("the system clock is 1 min 10 s behind"), "{}", e.message);
-        assert!(e.detail.as_deref().unwrap().contains("would take 1 min 0 s"), "{:?}", e.detail);
-        assert!(e.hint.as_deref().unwrap().contains("max_lead = '71s'"), "{:?}", e.hint);
+        assert!(
+            e.message
+                .starts_with("the system clock is 1 min 10 s behind"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.detail
+                .as_deref()
+                .unwrap()
+                .contains("would take 1 min 0 s"),
+            "{:?}",
+            e.detail
+        );
+        assert!(
+            e.hint.as_deref().unwrap().contains("max_lead = '71s'"),
+            "{:?}",
+            e.hint
+        );
     }
 
     #[test]
@@ -564,7 +651,12 @@ mod tests {
         let js53 = Layout::by_name("js53").unwrap();
         let e = Policy::new(&js53, 10_000, 500).unwrap_err();
         assert_eq!(e.class, Class::InvalidParameter);
-        assert!(e.message.contains("max_wait (500 ms) is shorter than one tick"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("max_wait (500 ms) is shorter than one tick"),
+            "{}",
+            e.message
+        );
         assert!(e.hint.unwrap().contains("'1000ms'"));
         assert!(Policy::new(&js53, 0, 1000).is_ok());
     }
@@ -585,7 +677,11 @@ mod tests {
 
     #[test]
     fn the_background_writer_keeps_callers_off_the_disk() {
-        for layout in [one_ms_layout(12), Layout::by_name("js53").unwrap(), Layout::by_name("sonyflake").unwrap()] {
+        for layout in [
+            one_ms_layout(12),
+            Layout::by_name("js53").unwrap(),
+            Layout::by_name("sonyflake").unwrap(),
+        ] {
             let policy = Policy::new(&layout, 10_000, 1000).unwrap();
             let lim = policy.limits(&layout);
             let res = Reservation::for_layout(&layout);
@@ -597,12 +693,17 @@ mod tests {
                 if ms % 100 == 0 && res.due(&sh, &lim, now_tick) {
                     sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
                 }
-                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1) {
+                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1)
+                {
                     caller_writes += 1;
                     sh.publish_durable(res.target(&sh, &lim, now_tick, through_tick));
                 }
             }
-            assert!(caller_writes <= 1, "{}: callers wrote {caller_writes} times", layout.describe());
+            assert!(
+                caller_writes <= 1,
+                "{}: callers wrote {caller_writes} times",
+                layout.describe()
+            );
         }
     }
 

@@ -26,7 +26,7 @@ impl FieldOrder {
 }
 
 /// A complete layout: epoch, tick length and field widths.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Layout {
     name: Option<&'static str>,
     epoch_ms: UnixMs,
@@ -65,7 +65,15 @@ const fn named(
     bits: (u32, u32, u32),
     order: FieldOrder,
 ) -> Layout {
-    Layout { name: Some(name), epoch_ms, unit_ms, time_bits: bits.0, worker_bits: bits.1, sequence_bits: bits.2, order }
+    Layout {
+        name: Some(name),
+        epoch_ms,
+        unit_ms,
+        time_bits: bits.0,
+        worker_bits: bits.1,
+        sequence_bits: bits.2,
+        order,
+    }
 }
 
 use FieldOrder::{TimeSequenceWorker as TSW, TimeWorkerSequence as TWS};
@@ -86,7 +94,11 @@ pub const NAMED: [Layout; 8] = [
 
 /// `'snowflake_id', 'twitter', ...` for messages.
 pub fn known_names() -> String {
-    NAMED.iter().map(|l| format!("'{}'", l.name.unwrap_or_default())).collect::<Vec<_>>().join(", ")
+    NAMED
+        .iter()
+        .map(|l| format!("'{}'", l.name.unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How a custom layout is written, for messages.
@@ -145,7 +157,10 @@ impl Spec {
     /// Reads a layout name (any case) or a custom `key=value,...` spec.
     pub fn parse(text: &str) -> Result<Spec, Failure> {
         let t = text.trim();
-        if let Some(l) = NAMED.iter().find(|l| l.name.is_some_and(|n| n.eq_ignore_ascii_case(t))) {
+        if let Some(l) = NAMED
+            .iter()
+            .find(|l| l.name.is_some_and(|n| n.eq_ignore_ascii_case(t)))
+        {
             return Ok(Spec::Named(l.clone()));
         }
         if !t.contains('=') {
@@ -161,9 +176,14 @@ impl Spec {
         let (mut unit, mut time, mut worker, mut seq, mut total, mut order, mut epoch) =
             (None, None, None, None, None, None, None);
         for item in t.split(',') {
-            let (k, v) = item.split_once('=').ok_or_else(|| bad(format!("'{}' is not key=value", item.trim())))?;
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| bad(format!("'{}' is not key=value", item.trim())))?;
             let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-            let bits = |v: &str| v.parse::<u32>().map_err(|_| bad(format!("{k}={v} is not a whole number of bits")));
+            let bits = |v: &str| {
+                v.parse::<u32>()
+                    .map_err(|_| bad(format!("{k}={v} is not a whole number of bits")))
+            };
             let slot_taken = match k.as_str() {
                 "unit" => unit.replace(parse_unit(v).ok_or_else(|| {
                     bad(format!("unit={v} is not a tick length between 1ms and 86400s (write e.g. 1ms, 10ms, 1s)"))
@@ -195,7 +215,10 @@ impl Spec {
         let seq = seq.ok_or_else(|| bad("sequence is missing".into()))?;
         let time = match (time, total) {
             (Some(t), Some(n)) if t + worker + seq != n => {
-                return Err(bad(format!("time+worker+sequence = {} but total={n}", t + worker + seq)))
+                return Err(bad(format!(
+                    "time+worker+sequence = {} but total={n}",
+                    t + worker + seq
+                )))
             }
             (Some(t), _) => t,
             (None, Some(n)) if n > worker + seq => n - worker - seq,
@@ -206,7 +229,9 @@ impl Spec {
             return Err(bad(format!("time={time} must be between 1 and 63 bits")));
         }
         if worker > 31 || seq > 31 {
-            return Err(bad("worker and sequence must each be at most 31 bits".into()));
+            return Err(bad(
+                "worker and sequence must each be at most 31 bits".into()
+            ));
         }
         if time + worker + seq > 63 {
             return Err(bad(format!(
@@ -251,7 +276,10 @@ impl CustomSpec {
 impl Layout {
     /// Looks up a named layout (any case).
     pub fn by_name(name: &str) -> Option<Layout> {
-        NAMED.iter().find(|l| l.name.is_some_and(|n| n.eq_ignore_ascii_case(name.trim()))).cloned()
+        NAMED
+            .iter()
+            .find(|l| l.name.is_some_and(|n| n.eq_ignore_ascii_case(name.trim())))
+            .cloned()
     }
 
     /// Reads a layout argument as `snowflake_decode(id, layout)` takes it: a
@@ -365,8 +393,21 @@ impl Layout {
 
     /// Same epoch, tick and widths: IDs from one decode the same under the other.
     pub fn same_shape(&self, other: &Layout) -> bool {
-        (self.epoch_ms, self.unit_ms, self.time_bits, self.worker_bits, self.sequence_bits, self.order)
-            == (other.epoch_ms, other.unit_ms, other.time_bits, other.worker_bits, other.sequence_bits, other.order)
+        (
+            self.epoch_ms,
+            self.unit_ms,
+            self.time_bits,
+            self.worker_bits,
+            self.sequence_bits,
+            self.order,
+        ) == (
+            other.epoch_ms,
+            other.unit_ms,
+            other.time_bits,
+            other.worker_bits,
+            other.sequence_bits,
+            other.order,
+        )
     }
 
     pub fn compose(&self, p: Parts) -> u64 {
@@ -381,8 +422,16 @@ impl Layout {
         let (w, s) = (self.worker_bits, self.sequence_bits);
         let tick = if w + s == 64 { 0 } else { id >> (w + s) };
         match self.order {
-            TWS => Parts { tick, worker: (id >> s) & self.max_worker(), sequence: id & self.max_sequence() },
-            TSW => Parts { tick, sequence: (id >> w) & self.max_sequence(), worker: id & self.max_worker() },
+            TWS => Parts {
+                tick,
+                worker: (id >> s) & self.max_worker(),
+                sequence: id & self.max_sequence(),
+            },
+            TSW => Parts {
+                tick,
+                sequence: (id >> w) & self.max_sequence(),
+                worker: id & self.max_worker(),
+            },
         }
     }
 
@@ -391,7 +440,11 @@ impl Layout {
     pub fn id_from_counter(&self, counter: u64, worker: u64) -> u64 {
         let s = self.sequence_bits;
         match self.order {
-            TWS => ((counter >> s) << (self.worker_bits + s)) | (worker << s) | (counter & self.max_sequence()),
+            TWS => {
+                ((counter >> s) << (self.worker_bits + s))
+                    | (worker << s)
+                    | (counter & self.max_sequence())
+            }
             TSW => (counter << self.worker_bits) | worker,
         }
     }
@@ -408,7 +461,8 @@ impl Layout {
 
     /// The instant just past the last tick an ID can carry as a non-negative bigint.
     pub fn end_ms(&self) -> UnixMs {
-        let end = i128::from(self.epoch_ms) + (i128::from(self.last_tick()) + 1) * i128::from(self.unit_ms);
+        let end = i128::from(self.epoch_ms)
+            + (i128::from(self.last_tick()) + 1) * i128::from(self.unit_ms);
         end.min(i128::from(i64::MAX)) as i64
     }
 
@@ -472,7 +526,11 @@ impl Layout {
         if tick > i128::from(self.last_tick()) {
             return Err(range());
         }
-        Ok(self.compose(Parts { tick: tick as u64, worker: 0, sequence: 0 }) as i64)
+        Ok(self.compose(Parts {
+            tick: tick as u64,
+            worker: 0,
+            sequence: 0,
+        }) as i64)
     }
 }
 
@@ -497,7 +555,11 @@ mod tests {
     fn named_layouts_fit_their_widths() {
         for l in NAMED.iter() {
             let total = l.total_bits();
-            assert!(total == 63 || total == 53 || total == 64, "{} is {total} bits", l.describe());
+            assert!(
+                total == 63 || total == 53 || total == 64,
+                "{} is {total} bits",
+                l.describe()
+            );
         }
         assert_eq!(layout("js53").total_bits(), 53);
         assert_eq!(layout("instagram").total_bits(), 64);
@@ -514,27 +576,52 @@ mod tests {
         assert_eq!(format_instant(d.unix_ms), "2016-04-30 11:18:25.796+00");
         assert_eq!((d.worker >> 5, d.worker & 31, d.sequence), (1, 0, 7));
         // Instagram's article example: 41 bits of ms, shard 1341, sequence 1.
-        let id = layout("instagram").compose(Parts { tick: 1_387_263_000, worker: 1341, sequence: 1 });
+        let id = layout("instagram").compose(Parts {
+            tick: 1_387_263_000,
+            worker: 1341,
+            sequence: 1,
+        });
         let d = layout("instagram").decode(id as i64).unwrap();
-        assert_eq!((d.unix_ms - 1_314_220_021_721, d.worker, d.sequence), (1_387_263_000, 1341, 1));
+        assert_eq!(
+            (d.unix_ms - 1_314_220_021_721, d.worker, d.sequence),
+            (1_387_263_000, 1341, 1)
+        );
     }
 
     #[test]
     fn sonyflake_and_pgedge_put_sequence_above_worker() {
         let l = layout("sonyflake");
-        let id = l.compose(Parts { tick: 5, worker: 0xABCD, sequence: 0x12 });
+        let id = l.compose(Parts {
+            tick: 5,
+            worker: 0xABCD,
+            sequence: 0x12,
+        });
         assert_eq!(id, (5 << 24) | (0x12 << 16) | 0xABCD);
         let d = l.decode(id as i64).unwrap();
-        assert_eq!((d.unix_ms - l.epoch_ms(), d.worker, d.sequence), (50, 0xABCD, 0x12));
+        assert_eq!(
+            (d.unix_ms - l.epoch_ms(), d.worker, d.sequence),
+            (50, 0xABCD, 0x12)
+        );
         let p = layout("pgedge");
-        assert_eq!(p.compose(Parts { tick: 1, worker: 3, sequence: 2 }), (1 << 22) | (2 << 10) | 3);
+        assert_eq!(
+            p.compose(Parts {
+                tick: 1,
+                worker: 3,
+                sequence: 2
+            }),
+            (1 << 22) | (2 << 10) | 3
+        );
     }
 
     #[test]
     fn decode_refuses_what_the_layout_cannot_hold() {
         let e = layout("snowflake_id").decode(-1).unwrap_err();
         assert_eq!(e.class, Class::IdOutOfRange);
-        assert!(e.message.contains("0 to 9223372036854775807"), "{}", e.message);
+        assert!(
+            e.message.contains("0 to 9223372036854775807"),
+            "{}",
+            e.message
+        );
         let e = layout("js53").decode(1 << 53).unwrap_err();
         assert!(e.message.contains("2^53 - 1"), "{}", e.message);
         assert!(layout("js53").decode((1 << 53) - 1).is_ok());
@@ -549,12 +636,28 @@ mod tests {
         let at = |ms: i64| l.lower_bound(ms * 1000).unwrap();
         assert_eq!(at(DEFAULT_EPOCH_MS), 0);
         assert_eq!(at(DEFAULT_EPOCH_MS + 1), 1 << 22);
-        assert_eq!(l.lower_bound((DEFAULT_EPOCH_MS + 1) * 1000 + 999).unwrap(), 1 << 22);
+        assert_eq!(
+            l.lower_bound((DEFAULT_EPOCH_MS + 1) * 1000 + 999).unwrap(),
+            1 << 22
+        );
         let e = l.lower_bound(DEFAULT_EPOCH_MS * 1000 - 1).unwrap_err();
         assert_eq!(e.class, Class::TimeOutOfRange);
-        assert!(e.message.contains("2024-12-31 23:59:59.999+00"), "{}", e.message);
-        assert!(e.message.contains("runs from 2025-01-01 00:00:00+00 to 2094-09-07 15:47:35.551+00"), "{}", e.message);
-        assert!(l.lower_bound(i64::MAX).unwrap_err().message.starts_with("infinity"));
+        assert!(
+            e.message.contains("2024-12-31 23:59:59.999+00"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message
+                .contains("runs from 2025-01-01 00:00:00+00 to 2094-09-07 15:47:35.551+00"),
+            "{}",
+            e.message
+        );
+        assert!(l
+            .lower_bound(i64::MAX)
+            .unwrap_err()
+            .message
+            .starts_with("infinity"));
         let last = l.end_ms() - 1;
         assert_eq!(at(last), (l.last_tick() << 22) as i64);
         assert!(l.lower_bound((last + 1) * 1000).is_err());
@@ -566,16 +669,31 @@ mod tests {
 
     #[test]
     fn custom_specs() {
-        let Spec::Custom(c) = Spec::parse(" total=53, worker=2 ,sequence=10,unit=1ms").unwrap() else { panic!() };
-        assert_eq!((c.time_bits, c.unit_ms, c.order, c.epoch_ms), (41, 1, TWS, None));
+        let Spec::Custom(c) = Spec::parse(" total=53, worker=2 ,sequence=10,unit=1ms").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (c.time_bits, c.unit_ms, c.order, c.epoch_ms),
+            (41, 1, TWS, None)
+        );
         let l = c.with_epoch(DEFAULT_EPOCH_MS).unwrap();
         assert_eq!(l.spec(), "time=41,worker=2,sequence=10,unit=1ms");
         assert_eq!(Spec::parse(&l.spec()).unwrap(), Spec::Custom(c));
-        let Spec::Custom(c) = Spec::parse("time=39,worker=16,sequence=8,unit=10ms,order=time-sequence-worker").unwrap() else {
+        let Spec::Custom(c) =
+            Spec::parse("time=39,worker=16,sequence=8,unit=10ms,order=time-sequence-worker")
+                .unwrap()
+        else {
             panic!()
         };
-        assert!(c.with_epoch(1_409_529_600_000).unwrap().same_shape(&layout("sonyflake")));
-        let l = Layout::from_argument("time=32,worker=5,sequence=16,unit=1s,epoch=2019-01-01 00:00:00+00").unwrap();
+        assert!(c
+            .with_epoch(1_409_529_600_000)
+            .unwrap()
+            .same_shape(&layout("sonyflake")));
+        let l = Layout::from_argument(
+            "time=32,worker=5,sequence=16,unit=1s,epoch=2019-01-01 00:00:00+00",
+        )
+        .unwrap();
         assert!(l.same_shape(&layout("js53")));
         assert_eq!(l.describe(), "time=32,worker=5,sequence=16,unit=1s");
     }
@@ -584,35 +702,49 @@ mod tests {
     fn custom_spec_errors_say_what_is_wrong() {
         let msg = |t: &str| Spec::parse(t).unwrap_err().message;
         assert!(msg("nope").contains("unknown layout 'nope'"));
-        assert!(Spec::parse("nope").unwrap_err().hint.unwrap().contains("'twitter'"));
+        assert!(Spec::parse("nope")
+            .unwrap_err()
+            .hint
+            .unwrap()
+            .contains("'twitter'"));
         assert!(msg("time=41,worker=10,sequence=13,unit=1ms").contains("64 bits"));
         assert!(msg("time=41,worker=10,sequence=12").contains("unit is missing"));
         assert!(msg("time=41,worker=10,sequence=12,unit=1h").contains("unit=1h"));
         assert!(msg("time=41,worker=10,sequence=12,unit=1ms,total=60").contains("total=60"));
-        assert!(msg("time=41,worker=10,sequence=12,unit=1ms,colour=red").contains("unknown field 'colour'"));
+        assert!(msg("time=41,worker=10,sequence=12,unit=1ms,colour=red")
+            .contains("unknown field 'colour'"));
         assert!(msg("time=41,time=40,worker=10,sequence=12,unit=1ms").contains("twice"));
         assert!(msg("time=0,worker=10,sequence=12,unit=1ms").contains("between 1 and 63"));
         assert!(msg("time=20,worker=32,sequence=1,unit=1ms").contains("at most 31"));
-        assert!(Layout::from_argument("time=41,worker=10,sequence=12,unit=1ms").unwrap_err().message.contains("no epoch"));
-        let Spec::Custom(c) = Spec::parse("time=60,worker=1,sequence=1,unit=1s").unwrap() else { panic!() };
+        assert!(
+            Layout::from_argument("time=41,worker=10,sequence=12,unit=1ms")
+                .unwrap_err()
+                .message
+                .contains("no epoch")
+        );
+        let Spec::Custom(c) = Spec::parse("time=60,worker=1,sequence=1,unit=1s").unwrap() else {
+            panic!()
+        };
         assert!(c.with_epoch(0).unwrap_err().message.contains("latest time"));
     }
 
     fn any_layout() -> impl Strategy<Value = Layout> {
         prop_oneof![
             (0..NAMED.len()).prop_map(|i| NAMED[i].clone()),
-            (1u32..=40, 0u32..=11, 0u32..=11, 1u64..=1000, any::<bool>()).prop_map(|(t, w, s, u, o)| {
-                CustomSpec {
-                    unit_ms: u,
-                    time_bits: t,
-                    worker_bits: w,
-                    sequence_bits: s,
-                    order: if o { TSW } else { TWS },
-                    epoch_ms: None,
+            (1u32..=40, 0u32..=11, 0u32..=11, 1u64..=1000, any::<bool>()).prop_map(
+                |(t, w, s, u, o)| {
+                    CustomSpec {
+                        unit_ms: u,
+                        time_bits: t,
+                        worker_bits: w,
+                        sequence_bits: s,
+                        order: if o { TSW } else { TWS },
+                        epoch_ms: None,
+                    }
+                    .with_epoch(DEFAULT_EPOCH_MS)
+                    .unwrap()
                 }
-                .with_epoch(DEFAULT_EPOCH_MS)
-                .unwrap()
-            }),
+            ),
         ]
     }
 

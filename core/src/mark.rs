@@ -58,7 +58,9 @@ impl Identity {
         };
         let layout = NAMED.iter().find(|l| Identity::of(l) == *self).cloned();
         layout.unwrap_or_else(|| {
-            custom.with_epoch(self.epoch_ms).unwrap_or_else(|_| NAMED[0].with_epoch(self.epoch_ms))
+            custom
+                .with_epoch(self.epoch_ms)
+                .unwrap_or_else(|_| NAMED[0].with_epoch(self.epoch_ms))
         })
     }
 
@@ -67,7 +69,11 @@ impl Identity {
         let l = self.layout();
         match l.name() {
             Some(n) => format!("the {n} layout (epoch {})", format_instant(self.epoch_ms)),
-            None => format!("layout '{}' with epoch {}", l.spec(), format_instant(self.epoch_ms)),
+            None => format!(
+                "layout '{}' with epoch {}",
+                l.spec(),
+                format_instant(self.epoch_ms)
+            ),
         }
     }
 }
@@ -92,7 +98,11 @@ fn crc32c(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -181,9 +191,16 @@ impl MarkFile {
             Err(e) => return Err(e),
         };
         if bytes.len() != 2 * SLOT {
-            return Ok(Stored::Damaged(format!("it is {} bytes long instead of {}", bytes.len(), 2 * SLOT)));
+            return Ok(Stored::Damaged(format!(
+                "it is {} bytes long instead of {}",
+                bytes.len(),
+                2 * SLOT
+            )));
         }
-        let newest = [0, SLOT].iter().filter_map(|&at| Record::decode(&bytes[at..])).max_by_key(|r| r.generation);
+        let newest = [0, SLOT]
+            .iter()
+            .filter_map(|&at| Record::decode(&bytes[at..]))
+            .max_by_key(|r| r.generation);
         Ok(match newest {
             Some(r) => Stored::Valid(r),
             None => Stored::Damaged("neither of its two records passes its checksum".into()),
@@ -209,7 +226,11 @@ impl MarkFile {
         let mut bytes = vec![0u8; 2 * SLOT];
         bytes[slot..slot + RECORD].copy_from_slice(&rec.encode());
         {
-            let f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+            let f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
             f.write_all_at(&bytes, 0)?;
             f.sync_all()?;
         }
@@ -251,7 +272,11 @@ mod tests {
         for i in 0..RECORD {
             let mut b = r.encode();
             b[i] ^= 0x10;
-            assert_eq!(Record::decode(&b), None, "a flipped bit at byte {i} went unnoticed");
+            assert_eq!(
+                Record::decode(&b),
+                None,
+                "a flipped bit at byte {i} went unnoticed"
+            );
         }
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
     }
@@ -267,7 +292,12 @@ mod tests {
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
         // Tear the write of generation 4 halfway: generation 3 is still there.
         let half = &record(4, 400).encode()[..RECORD / 2];
-        OpenOptions::new().write(true).open(f.path()).unwrap().write_all_at(half, 0).unwrap();
+        OpenOptions::new()
+            .write(true)
+            .open(f.path())
+            .unwrap()
+            .write_all_at(half, 0)
+            .unwrap();
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
         assert!(!dir.join(format!("{FILE_NAME}.tmp")).exists());
         fs::remove_dir_all(dir).unwrap();
@@ -287,8 +317,14 @@ mod tests {
     #[test]
     fn identities_name_their_layouts() {
         let tw = Identity::of(&Layout::by_name("twitter").unwrap());
-        assert_eq!(tw.describe(), "the twitter layout (epoch 2010-11-04 01:42:54.657+00)");
+        assert_eq!(
+            tw.describe(),
+            "the twitter layout (epoch 2010-11-04 01:42:54.657+00)"
+        );
         let moved = Identity::of(&Layout::by_name("twitter").unwrap().with_epoch(0));
-        assert_eq!(moved.describe(), "layout 'time=41,worker=10,sequence=12,unit=1ms' with epoch 1970-01-01 00:00:00+00");
+        assert_eq!(
+            moved.describe(),
+            "layout 'time=41,worker=10,sequence=12,unit=1ms' with epoch 1970-01-01 00:00:00+00"
+        );
     }
 }

@@ -11,7 +11,11 @@ pub enum Resume {
     /// Nothing was ever issued here.
     Fresh,
     /// Continue above `mark`. `worker_was` is set when the worker id changed.
-    Continue { mark: u64, generation: u64, worker_was: Option<u32> },
+    Continue {
+        mark: u64,
+        generation: u64,
+        worker_was: Option<u32>,
+    },
     /// Generation must not start: the reason, to raise on every call.
     Refused(Failure),
 }
@@ -71,7 +75,9 @@ pub fn adopted_mark(old: Option<&Record>, new: &Layout) -> Result<Option<u64>, F
                 new.title()
             ),
         )
-        .hint("Choose a layout with more time bits or an earlier epoch, or keep the old settings."));
+        .hint(
+            "Choose a layout with more time bits or an earlier epoch, or keep the old settings.",
+        ));
     }
     Ok(first_tick.checked_sub(1))
 }
@@ -82,15 +88,35 @@ mod tests {
     use crate::layout::Spec;
 
     fn rec(layout: &Layout, worker: u32, mark: u64) -> Record {
-        Record { generation: 5, identity: Identity::of(layout), worker_id: worker, mark_tick: mark, written_at_ms: 0 }
+        Record {
+            generation: 5,
+            identity: Identity::of(layout),
+            worker_id: worker,
+            mark_tick: mark,
+            written_at_ms: 0,
+        }
     }
 
     #[test]
     fn same_settings_continue_and_a_new_worker_is_noted() {
         let l = Layout::by_name("snowflake_id").unwrap();
         let r = rec(&l, 3, 1000);
-        assert_eq!(decide(&Stored::Valid(r), &l, 3, "f"), Resume::Continue { mark: 1000, generation: 5, worker_was: None });
-        assert_eq!(decide(&Stored::Valid(r), &l, 4, "f"), Resume::Continue { mark: 1000, generation: 5, worker_was: Some(3) });
+        assert_eq!(
+            decide(&Stored::Valid(r), &l, 3, "f"),
+            Resume::Continue {
+                mark: 1000,
+                generation: 5,
+                worker_was: None
+            }
+        );
+        assert_eq!(
+            decide(&Stored::Valid(r), &l, 4, "f"),
+            Resume::Continue {
+                mark: 1000,
+                generation: 5,
+                worker_was: Some(3)
+            }
+        );
         assert_eq!(decide(&Stored::Missing, &l, 4, "f"), Resume::Fresh);
     }
 
@@ -98,33 +124,76 @@ mod tests {
     fn a_changed_layout_or_epoch_is_refused_with_a_way_out() {
         let l = Layout::by_name("snowflake_id").unwrap();
         let r = rec(&l, 3, 1000);
-        for other in [Layout::by_name("twitter").unwrap(), l.with_epoch(l.epoch_ms() + 1)] {
-            let Resume::Refused(f) = decide(&Stored::Valid(r), &other, 3, "f") else { panic!() };
+        for other in [
+            Layout::by_name("twitter").unwrap(),
+            l.with_epoch(l.epoch_ms() + 1),
+        ] {
+            let Resume::Refused(f) = decide(&Stored::Valid(r), &other, 3, "f") else {
+                panic!()
+            };
             assert_eq!(f.class, Class::NotReady);
-            assert!(f.message.contains("were issued under the snowflake_id layout"), "{}", f.message);
+            assert!(
+                f.message
+                    .contains("were issued under the snowflake_id layout"),
+                "{}",
+                f.message
+            );
             assert!(f.hint.unwrap().contains("snowflake_adopt_settings()"));
         }
-        let Resume::Refused(f) = decide(&Stored::Damaged("x".into()), &l, 3, "/d/snowflake_id.state") else { panic!() };
+        let Resume::Refused(f) =
+            decide(&Stored::Damaged("x".into()), &l, 3, "/d/snowflake_id.state")
+        else {
+            panic!()
+        };
         assert_eq!(f.class, Class::Corrupted);
-        assert!(f.message.contains("\"/d/snowflake_id.state\" is damaged: x"));
+        assert!(f
+            .message
+            .contains("\"/d/snowflake_id.state\" is damaged: x"));
     }
 
     #[test]
     fn adopting_puts_new_ids_above_all_old_ones() {
         let old = Layout::by_name("snowflake_id").unwrap();
         let r = rec(&old, 3, 60_000_000_000); // late 2026
-        let old_max = old.compose(Parts { tick: 60_000_000_000, worker: 1023, sequence: 4095 });
-        let Spec::Custom(c) = Spec::parse("time=43,worker=8,sequence=12,unit=1ms").unwrap() else { panic!() };
-        for new in [Layout::by_name("sonyflake").unwrap(), c.with_epoch(old.epoch_ms()).unwrap(), old.with_epoch(0)] {
+        let old_max = old.compose(Parts {
+            tick: 60_000_000_000,
+            worker: 1023,
+            sequence: 4095,
+        });
+        let Spec::Custom(c) = Spec::parse("time=43,worker=8,sequence=12,unit=1ms").unwrap() else {
+            panic!()
+        };
+        for new in [
+            Layout::by_name("sonyflake").unwrap(),
+            c.with_epoch(old.epoch_ms()).unwrap(),
+            old.with_epoch(0),
+        ] {
             let mark = adopted_mark(Some(&r), &new).unwrap().unwrap();
-            let first_new = new.compose(Parts { tick: mark + 1, worker: 0, sequence: 0 });
+            let first_new = new.compose(Parts {
+                tick: mark + 1,
+                worker: 0,
+                sequence: 0,
+            });
             assert!(first_new > old_max, "{}", new.describe());
-            let just_below = new.compose(Parts { tick: mark, worker: new.max_worker(), sequence: new.max_sequence() });
-            assert!(just_below <= old_max + (1 << new.low_bits()), "{} goes further than needed", new.describe());
+            let just_below = new.compose(Parts {
+                tick: mark,
+                worker: new.max_worker(),
+                sequence: new.max_sequence(),
+            });
+            assert!(
+                just_below <= old_max + (1 << new.low_bits()),
+                "{} goes further than needed",
+                new.describe()
+            );
         }
         // 53-bit IDs stay below 2^53, far below these 63-bit ones: no way up.
         let e = adopted_mark(Some(&r), &Layout::by_name("js53").unwrap()).unwrap_err();
-        assert!(e.message.starts_with("the js53 layout cannot issue IDs above"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("the js53 layout cannot issue IDs above"),
+            "{}",
+            e.message
+        );
         assert_eq!(adopted_mark(None, &old).unwrap(), None);
     }
 }

@@ -88,10 +88,17 @@ pub fn parse_instant(text: &str) -> Result<UnixMs, String> {
     if t.is_empty() {
         return Err(format!("the value is empty: {FORM}"));
     }
-    if t.bytes().all(|c| c.is_ascii_digit()) || (t.starts_with('-') && t.len() > 1 && t[1..].bytes().all(|c| c.is_ascii_digit())) {
-        return t.parse::<i64>().map_err(|_| format!("'{t}' does not fit in 64 bits"));
+    if t.bytes().all(|c| c.is_ascii_digit())
+        || (t.starts_with('-') && t.len() > 1 && t[1..].bytes().all(|c| c.is_ascii_digit()))
+    {
+        return t
+            .parse::<i64>()
+            .map_err(|_| format!("'{t}' does not fit in 64 bits"));
     }
-    let mut c = Cursor { s: t.as_bytes(), at: 0 };
+    let mut c = Cursor {
+        s: t.as_bytes(),
+        at: 0,
+    };
     let bad = || format!("'{t}' is not a timestamp: {FORM}");
     let year = c.digits(4).ok_or_else(bad)? as i64;
     if !c.eat(b'-') {
@@ -134,10 +141,17 @@ pub fn parse_instant(text: &str) -> Result<UnixMs, String> {
     }
     let rest = std::str::from_utf8(c.rest()).unwrap_or("").trim_start();
     let offset_minutes: i64 = match rest {
-        "" => return Err(format!("'{t}' has no UTC offset: write it with one, e.g. '{t}+00'")),
+        "" => {
+            return Err(format!(
+                "'{t}' has no UTC offset: write it with one, e.g. '{t}+00'"
+            ))
+        }
         "Z" | "z" | "UTC" | "utc" | "+00" | "-00" | "+00:00" | "-00:00" | "+0000" => 0,
         _ => {
-            let mut o = Cursor { s: rest.as_bytes(), at: 0 };
+            let mut o = Cursor {
+                s: rest.as_bytes(),
+                at: 0,
+            };
             let sign = if o.eat(b'+') {
                 1
             } else if o.eat(b'-') {
@@ -147,7 +161,11 @@ pub fn parse_instant(text: &str) -> Result<UnixMs, String> {
             };
             let oh = o.digits(2).ok_or_else(bad)?;
             o.eat(b':');
-            let om = if o.rest().is_empty() { 0 } else { o.digits(2).ok_or_else(bad)? };
+            let om = if o.rest().is_empty() {
+                0
+            } else {
+                o.digits(2).ok_or_else(bad)?
+            };
             if !o.rest().is_empty() || oh > 15 || om > 59 {
                 return Err(bad());
             }
@@ -173,7 +191,12 @@ pub fn format_instant(ms: UnixMs) -> String {
     let days = ms.div_euclid(MS_PER_DAY);
     let in_day = ms.rem_euclid(MS_PER_DAY);
     let (y, m, d) = civil_from_days(days);
-    let (h, min, s, frac) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
+    let (h, min, s, frac) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000,
+    );
     if frac == 0 {
         format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}+00")
     } else {
@@ -219,36 +242,76 @@ mod tests {
 
     #[test]
     fn known_epochs() {
-        assert_eq!(parse_instant("2025-01-01 00:00:00+00"), Ok(1_735_689_600_000));
+        assert_eq!(
+            parse_instant("2025-01-01 00:00:00+00"),
+            Ok(1_735_689_600_000)
+        );
         assert_eq!(parse_instant("2025-01-01T00:00:00Z"), Ok(1_735_689_600_000));
-        assert_eq!(parse_instant("2014-09-01 00:00:00 UTC"), Ok(1_409_529_600_000));
+        assert_eq!(
+            parse_instant("2014-09-01 00:00:00 UTC"),
+            Ok(1_409_529_600_000)
+        );
         assert_eq!(parse_instant("2016-05-20 00:00+00"), Ok(1_463_702_400_000));
         assert_eq!(parse_instant("1288834974657"), Ok(1_288_834_974_657));
-        assert_eq!(parse_instant("2010-11-04 01:42:54.657+00"), Ok(1_288_834_974_657));
-        assert_eq!(parse_instant("2025-01-01 09:00:00+09:00"), Ok(1_735_689_600_000));
-        assert_eq!(parse_instant("2024-12-31 19:00:00-05"), Ok(1_735_689_600_000));
-        assert_eq!(parse_instant("2025-01-01 05:30:00+0530"), Ok(1_735_689_600_000));
+        assert_eq!(
+            parse_instant("2010-11-04 01:42:54.657+00"),
+            Ok(1_288_834_974_657)
+        );
+        assert_eq!(
+            parse_instant("2025-01-01 09:00:00+09:00"),
+            Ok(1_735_689_600_000)
+        );
+        assert_eq!(
+            parse_instant("2024-12-31 19:00:00-05"),
+            Ok(1_735_689_600_000)
+        );
+        assert_eq!(
+            parse_instant("2025-01-01 05:30:00+0530"),
+            Ok(1_735_689_600_000)
+        );
     }
 
     #[test]
     fn rejects_what_it_cannot_pin_down() {
-        assert!(parse_instant("2025-01-01 00:00:00").unwrap_err().contains("no UTC offset"));
-        assert!(parse_instant("2025-01-01").unwrap_err().contains("no UTC offset"));
-        assert!(parse_instant("2025-02-30 00:00:00+00").unwrap_err().contains("calendar"));
-        assert!(parse_instant("2025-01-01 24:00:00+00").unwrap_err().contains("time of day"));
-        assert!(parse_instant("yesterday").unwrap_err().contains("not a timestamp"));
+        assert!(parse_instant("2025-01-01 00:00:00")
+            .unwrap_err()
+            .contains("no UTC offset"));
+        assert!(parse_instant("2025-01-01")
+            .unwrap_err()
+            .contains("no UTC offset"));
+        assert!(parse_instant("2025-02-30 00:00:00+00")
+            .unwrap_err()
+            .contains("calendar"));
+        assert!(parse_instant("2025-01-01 24:00:00+00")
+            .unwrap_err()
+            .contains("time of day"));
+        assert!(parse_instant("yesterday")
+            .unwrap_err()
+            .contains("not a timestamp"));
         assert!(parse_instant("").unwrap_err().contains("empty"));
-        assert!(parse_instant("2025-01-01 00:00:00.0001+00").unwrap_err().contains("millisecond"));
+        assert!(parse_instant("2025-01-01 00:00:00.0001+00")
+            .unwrap_err()
+            .contains("millisecond"));
         assert!(parse_instant("2025-01-01 00:00:00+99").is_err());
     }
 
     #[test]
     fn format_round_trips() {
-        for ms in [0, 1_735_689_600_000, 1_288_834_974_657, -1, 253_402_300_799_999, -62_135_596_800_000] {
+        for ms in [
+            0,
+            1_735_689_600_000,
+            1_288_834_974_657,
+            -1,
+            253_402_300_799_999,
+            -62_135_596_800_000,
+        ] {
             assert_eq!(parse_instant(&format_instant(ms)), Ok(ms), "{ms}");
         }
         assert_eq!(format_instant(1_735_689_600_000), "2025-01-01 00:00:00+00");
-        assert_eq!(format_instant(1_288_834_974_657), "2010-11-04 01:42:54.657+00");
+        assert_eq!(
+            format_instant(1_288_834_974_657),
+            "2010-11-04 01:42:54.657+00"
+        );
     }
 
     #[test]

@@ -1,0 +1,61 @@
+//! Raising core failures as Postgres errors, with the SQLSTATE each class means.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
+use snowflake_id_core::{Class, Failure};
+
+fn code(class: Class) -> PgSqlErrorCode {
+    use PgSqlErrorCode::*;
+    match class {
+        Class::NotReady => ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        Class::InvalidParameter => ERRCODE_INVALID_PARAMETER_VALUE,
+        Class::IdOutOfRange => ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+        Class::TimeOutOfRange => ERRCODE_DATETIME_FIELD_OVERFLOW,
+        Class::LayoutExhausted => ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+        Class::ReadOnly => ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        Class::Corrupted => ERRCODE_DATA_CORRUPTED,
+        Class::Io => ERRCODE_IO_ERROR,
+        Class::Privilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
+    }
+}
+
+#[track_caller]
+fn report(failure: Failure, level: PgLogLevel) {
+    let mut r = ErrorReport::new(code(failure.class), failure.message, "snowflake_id");
+    if let Some(d) = failure.detail {
+        r = r.set_detail(d);
+    }
+    if let Some(h) = failure.hint {
+        r = r.set_hint(h);
+    }
+    r.report(level);
+}
+
+/// Raises `failure` as an ERROR.
+#[track_caller]
+pub fn raise(failure: Failure) -> ! {
+    report(failure, PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Writes `failure` to the server log (and client, if any) at `level`.
+#[track_caller]
+pub fn log(failure: Failure, level: PgLogLevel) {
+    report(failure, level);
+}
+
+/// Raises the failure of a `Result`, or returns its value.
+pub trait OrRaise<T> {
+    #[track_caller]
+    fn or_raise(self) -> T;
+}
+
+impl<T> OrRaise<T> for Result<T, Failure> {
+    #[track_caller]
+    fn or_raise(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(f) => raise(f),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! snowflake_id: trend-increasing, never-repeating 64-bit IDs generated
+//! inside PostgreSQL.
+//!
+//! This crate is the thin Postgres shell around `snowflake_id_core`, which
+//! holds the layouts, the generator and the durable mark in plain Rust.
+//! Here live only what needs Postgres: settings, shared memory, the
+//! background writer, and the SQL functions.
+
+use pgrx::prelude::*;
+
+mod clock;
+mod decode;
+mod durable;
+mod errors;
+mod generate;
+mod record;
+mod reserver;
+mod settings;
+mod shmem;
+mod status;
+
+::pgrx::pg_module_magic!(name, version);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    settings::define();
+    // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        shmem::install();
+        reserver::register();
+    }
+}
+
+/// Moves a server whose generation was refused (changed layout or epoch, or
+/// a damaged state file) onto its current settings, so that new IDs
+/// continue numerically above every ID the old state covered. Superuser only.
+#[pg_extern(volatile, parallel_unsafe)]
+fn snowflake_adopt_settings() -> String {
+    use errors::OrRaise;
+    let st = generate::shared_state();
+    let cfg = settings::config().or_raise();
+    let policy = settings::policy(&cfg.layout).or_raise();
+    durable::adopt(st, cfg, &policy.limits(&cfg.layout)).or_raise()
+}
+
+extension_sql!(
+    "REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;",
+    name = "adopt_settings_privileges",
+    requires = [snowflake_adopt_settings]
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+mod sql_tests;
+
+/// Required by `cargo pgrx test`: the test server preloads the library with a
+/// worker id, as a real deployment must.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![
+            "shared_preload_libraries = 'snowflake_id'",
+            "snowflake_id.worker_id = 42",
+        ]
+    }
+}

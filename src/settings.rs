@@ -1,0 +1,250 @@
+//! The `snowflake_id.*` settings.
+//!
+//! Identity settings (worker id, layout, epoch) are fixed at server start
+//! and validated once, here; problems are logged at start and raised on use.
+//! The wait policy (max_lead, max_wait) can change on reload.
+//!
+//! Postgres answers a bad value for an extension's setting in
+//! `postgresql.conf` with a WARNING and the default. For a generator that
+//! would mean quietly issuing IDs under settings nobody chose, so the raw
+//! text of every setting is read before the setting is defined and checked
+//! here too.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::pg_sys;
+use snowflake_id_core::config::{self, Config, RawSettings};
+use snowflake_id_core::generator::Policy;
+use snowflake_id_core::layout::Layout;
+use snowflake_id_core::{Class, Failure};
+use std::cell::RefCell;
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
+static LAYOUT: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"snowflake_id"));
+static EPOCH: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"2025-01-01 00:00:00+00"));
+static MAX_LEAD: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_LEAD_MS);
+static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
+
+/// Ten seconds: absorbs NTP step corrections and bursts of ten seconds of
+/// the layout's capacity without a wait, while the time in an ID stays
+/// within seconds of when it was made.
+pub const DEFAULT_MAX_LEAD_MS: i32 = 10_000;
+/// One second: long enough to wait out one tick of the coarsest named
+/// layouts (1 s), short enough that a caller never hangs on a broken clock.
+pub const DEFAULT_MAX_WAIT_MS: i32 = 1_000;
+
+static SERVER_LAYOUT: OnceLock<Result<Layout, Failure>> = OnceLock::new();
+static CONFIG: OnceLock<Result<Config, Failure>> = OnceLock::new();
+
+thread_local! {
+    /// Set when a wait setting's value in the configuration was rejected at
+    /// start; cleared when a later reload applies a value.
+    static POLICY_PROBLEM: RefCell<[Option<Failure>; 2]> = const { RefCell::new([None, None]) };
+}
+/// One bit per entry of `POLICY_PROBLEM`, so the hot path checks one word.
+static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
+
+/// The raw text a setting had in the configuration before it was defined.
+fn placeholder(name: &CStr) -> Option<String> {
+    // SAFETY: called in _PG_init, in the process that read the configuration.
+    let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Parses an integer setting the way Postgres does (with units), or says why not.
+fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, String> {
+    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
+    let mut value = 0;
+    let mut hint: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: parse_int only reads the string and writes the two outputs.
+    let ok = unsafe { pg_sys::parse_int(c.as_ptr(), &mut value, flags, &mut hint) };
+    if !ok {
+        let unit_hint = if hint.is_null() {
+            String::new()
+        } else {
+            format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
+        };
+        return Err(format!("it is not a valid integer{unit_hint}"));
+    }
+    if value < min || value > max {
+        return Err(format!("it is outside the range {min} .. {max}"));
+    }
+    Ok(value)
+}
+
+fn clear_policy_problem(which: usize) {
+    POLICY_PROBLEM.with(|p| p.borrow_mut()[which] = None);
+    ANY_POLICY_PROBLEM.fetch_and(!(1 << which), Ordering::Relaxed);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn lead_assigned(_new: i32, _extra: *mut std::ffi::c_void) {
+    clear_policy_problem(0);
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn wait_assigned(_new: i32, _extra: *mut std::ffi::c_void) {
+    clear_policy_problem(1);
+}
+
+/// Defines every setting and settles this server's identity.
+pub fn define() {
+    let raw_worker = placeholder(c"snowflake_id.worker_id");
+    let epoch_set = placeholder(c"snowflake_id.epoch").is_some();
+    let raw_policy = [
+        placeholder(c"snowflake_id.max_lead"),
+        placeholder(c"snowflake_id.max_wait"),
+    ];
+
+    GucRegistry::define_int_guc(
+        c"snowflake_id.worker_id",
+        c"This server's worker id, unique among all servers whose IDs meet.",
+        c"Must fit the layout's worker bits (0 to 1023 for the default layout). Unset (-1) means no ID can be issued.",
+        &WORKER_ID,
+        -1,
+        i32::MAX,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"snowflake_id.layout",
+        c"Bit layout of this server's IDs: a named layout or a custom spec.",
+        c"Named: snowflake_id, twitter, discord, instagram, pgedge, sonyflake, baidu, js53. Custom: 'time=41,worker=10,sequence=12,unit=1ms'.",
+        &LAYOUT,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"snowflake_id.epoch",
+        c"Epoch of the snowflake_id layout and of custom layouts.",
+        c"A timestamp with an explicit UTC offset, or milliseconds since 1970-01-01 UTC.",
+        &EPOCH,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    // SAFETY: the assign hooks are guarded and touch only this module's state.
+    unsafe {
+        GucRegistry::define_int_guc_with_hooks(
+            c"snowflake_id.max_lead",
+            c"How far the time inside IDs may run ahead of the system clock.",
+            c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
+            &MAX_LEAD,
+            0,
+            i32::MAX,
+            GucContext::Sighup,
+            GucFlags::UNIT_MS,
+            None,
+            Some(lead_assigned),
+            None,
+        );
+        GucRegistry::define_int_guc_with_hooks(
+            c"snowflake_id.max_wait",
+            c"The longest a caller waits for the clock before getting an error instead.",
+            c"Must be at least one tick of the layout.",
+            &MAX_WAIT,
+            0,
+            i32::MAX,
+            GucContext::Sighup,
+            GucFlags::UNIT_MS,
+            None,
+            Some(wait_assigned),
+            None,
+        );
+    }
+
+    for (i, (name, raw)) in ["snowflake_id.max_lead", "snowflake_id.max_wait"]
+        .iter()
+        .zip(raw_policy)
+        .enumerate()
+    {
+        if let Some(Err(why)) = raw
+            .as_deref()
+            .map(|t| parse_int_setting(t, pg_sys::GUC_UNIT_MS as i32, 0, i32::MAX))
+        {
+            let f = Failure::new(
+                Class::InvalidParameter,
+                format!("{name} = '{}' in the configuration is invalid: {why}", raw.unwrap_or_default()),
+            )
+            .detail("The server ignored it at start; no ID is issued until it is fixed.")
+            .hint(format!("Write it as milliseconds or with a unit, e.g. ALTER SYSTEM SET {name} = '10s'; SELECT pg_reload_conf();"));
+            POLICY_PROBLEM.with(|p| p.borrow_mut()[i] = Some(f));
+            ANY_POLICY_PROBLEM.fetch_or(1 << i, Ordering::Relaxed);
+        }
+    }
+
+    let worker_id = match raw_worker
+        .as_deref()
+        .map(|t| parse_int_setting(t, 0, i32::MIN, i32::MAX))
+    {
+        Some(Ok(w)) => Ok(w),
+        Some(Err(why)) => Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "snowflake_id.worker_id = '{}' in the configuration is invalid: {why}",
+                raw_worker.unwrap_or_default()
+            ),
+        )
+        .hint("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart PostgreSQL.")),
+        None => Ok(WORKER_ID.get()),
+    };
+    let layout_text = string_setting(&LAYOUT);
+    let epoch_text = string_setting(&EPOCH);
+    let raw = |worker_id| RawSettings {
+        worker_id,
+        layout: &layout_text,
+        epoch: &epoch_text,
+        epoch_set,
+    };
+    let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1)));
+    let _ = CONFIG.set(worker_id.and_then(|w| config::configure(&raw(w))));
+}
+
+fn string_setting(s: &GucSetting<Option<CString>>) -> String {
+    s.get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The layout this server's IDs use: all decoding needs.
+pub fn server_layout() -> Result<&'static Layout, Failure> {
+    match SERVER_LAYOUT.get() {
+        Some(Ok(l)) => Ok(l),
+        Some(Err(f)) => Err(f.clone()),
+        None => Err(Failure::new(
+            Class::NotReady,
+            "snowflake_id settings are not loaded",
+        )),
+    }
+}
+
+/// Layout and worker id: all generation needs.
+#[inline]
+pub fn config() -> Result<&'static Config, Failure> {
+    match CONFIG.get() {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(f)) => Err(f.clone()),
+        None => Err(Failure::new(
+            Class::NotReady,
+            "snowflake_id settings are not loaded",
+        )),
+    }
+}
+
+/// The wait policy as the settings stand now.
+#[inline]
+pub fn policy(layout: &Layout) -> Result<Policy, Failure> {
+    if ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
+        if let Some(f) = POLICY_PROBLEM.with(|p| p.borrow().iter().flatten().next().cloned()) {
+            return Err(f);
+        }
+    }
+    Policy::new(
+        layout,
+        MAX_LEAD.get().max(0) as u64,
+        MAX_WAIT.get().max(0) as u64,
+    )
+}

@@ -1,0 +1,127 @@
+//! `snowflake_status()` and the `snowflake_status` view: what the generator
+//! is doing, from counters that cost the hot path nothing.
+
+use crate::clock::{now_ms, pg_timestamp};
+use crate::durable;
+use crate::generate::shared_state;
+use crate::record::{finfo_v1, row};
+use crate::settings;
+use crate::shmem::NO_MARK;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::sync::atomic::Ordering;
+
+fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
+    TimestampWithTimeZone::try_from(pg_timestamp(unix_ms))
+        .ok()
+        .into_datum()
+}
+
+fn interval_ms(ms: i64) -> Option<pg_sys::Datum> {
+    Interval::from_micros(ms.saturating_mul(1000)).into_datum()
+}
+
+fn count(n: u64) -> Option<pg_sys::Datum> {
+    Some(pg_sys::Datum::from(n as i64))
+}
+
+finfo_v1!(pg_finfo_snowflake_status);
+/// One row describing this server's generator.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn snowflake_status(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    let st = shared_state();
+    let now = now_ms();
+    let layout = settings::server_layout().ok();
+    let cfg = settings::config();
+    let problem = cfg
+        .clone()
+        .and_then(|c| settings::policy(&c.layout).map(|_| c))
+        .and_then(|_| durable::may_issue(st))
+        .err()
+        .map(|f| f.message);
+    let issued = st.issued();
+    let c = &st.counters;
+    let last = match (layout, issued) {
+        (Some(l), 1..) => {
+            let counter = st.gen.next().saturating_sub(1);
+            let worker = cfg.as_ref().map_or(0, |c| u64::from(c.worker_id));
+            Some((
+                l.id_from_counter(counter, worker) as i64,
+                l.tick_start_ms(counter >> l.sequence_bits()),
+            ))
+        }
+        _ => None,
+    };
+    let mark = st.mark_tick.load(Ordering::Relaxed);
+    let mark_end = layout
+        .filter(|_| mark != NO_MARK)
+        .map(|l| l.tick_start_ms(mark + 1));
+    let values = [
+        cfg.as_ref()
+            .ok()
+            .map(|c| pg_sys::Datum::from(c.worker_id as i32)),
+        layout.map(|l| l.describe()).into_datum(),
+        layout.and_then(|l| ts(l.epoch_ms())),
+        problem.into_datum(),
+        last.map(|(id, _)| pg_sys::Datum::from(id)),
+        last.and_then(|(_, t)| ts(t)),
+        last.and_then(|(_, t)| interval_ms(t - now)),
+        mark_end.and_then(ts),
+        (mark != NO_MARK)
+            .then(|| ts(st.mark_written_at_ms.load(Ordering::Relaxed)))
+            .flatten(),
+        count(issued),
+        count(c.borrowed_ticks.load(Ordering::Relaxed)),
+        count(c.clock_steps_back.load(Ordering::Relaxed)),
+        interval_ms(c.largest_step_back_ms.load(Ordering::Relaxed) as i64),
+        count(c.waits.load(Ordering::Relaxed)),
+        Interval::from_micros(c.wait_us.load(Ordering::Relaxed) as i64).into_datum(),
+        count(c.errors.load(Ordering::Relaxed)),
+        count(c.background_writes.load(Ordering::Relaxed)),
+        count(c.caller_writes.load(Ordering::Relaxed)),
+        layout.and_then(|l| ts(l.end_ms())),
+        layout.and_then(|l| interval_ms(l.end_ms() - now)),
+        Some(st.reserver_pid.load(Ordering::Relaxed))
+            .filter(|p| *p != 0)
+            .map(pg_sys::Datum::from),
+        ts(st.started_at_ms.load(Ordering::Relaxed)),
+    ];
+    unsafe { row(fcinfo, &values) }
+}
+
+extension_sql!(
+    r#"
+-- What this server's generator is doing. VOLATILE: every call reads live counters.
+CREATE FUNCTION snowflake_status(
+    OUT worker_id integer,
+    OUT layout text,
+    OUT epoch timestamptz,
+    OUT problem text,
+    OUT last_id bigint,
+    OUT last_id_time timestamptz,
+    OUT lead interval,
+    OUT durable_mark timestamptz,
+    OUT durable_mark_written_at timestamptz,
+    OUT ids_issued bigint,
+    OUT ticks_borrowed bigint,
+    OUT clock_steps_back bigint,
+    OUT largest_clock_step_back interval,
+    OUT waits bigint,
+    OUT wait_time interval,
+    OUT errors bigint,
+    OUT mark_writes bigint,
+    OUT mark_writes_by_callers bigint,
+    OUT layout_ends timestamptz,
+    OUT time_left interval,
+    OUT reserver_pid integer,
+    OUT started_at timestamptz)
+RETURNS record VOLATILE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
+
+CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
+"#,
+    name = "snowflake_status"
+);
