@@ -138,6 +138,9 @@ pub fn extend(
                 return Ok(())
             }
             Trigger::Caller { through_tick } => through_tick,
+            // The first mark is written by the first caller: a state file means
+            // "IDs were issued under these settings", so none is written before.
+            Trigger::Background if st.mark_generation.load(Ordering::Relaxed) == 0 => return Ok(()),
             Trigger::Background if !reservation.due(&st.gen, lim, now_tick) => return Ok(()),
             Trigger::Background => 0,
         };

@@ -23,11 +23,13 @@ mod status;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    settings::define();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        settings::define();
         shmem::install();
         reserver::register();
+    } else {
+        settings::read_without_defining();
     }
 }
 

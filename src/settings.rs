@@ -91,7 +91,23 @@ unsafe extern "C-unwind" fn wait_assigned(_new: i32, _extra: *mut std::ffi::c_vo
     clear_policy_problem(1);
 }
 
-/// Defines every setting and settles this server's identity.
+/// Settles the layout of a server that did not preload the library. It
+/// cannot define settings fixed at server start (Postgres refuses, FATAL),
+/// but decoding still needs the layout the configuration names.
+pub fn read_without_defining() {
+    let layout = placeholder(c"snowflake_id.layout").unwrap_or_else(|| "snowflake_id".into());
+    let epoch = placeholder(c"snowflake_id.epoch");
+    let raw = RawSettings {
+        worker_id: -1,
+        layout: &layout,
+        epoch: epoch.as_deref().unwrap_or(config::DEFAULT_EPOCH_TEXT),
+        epoch_set: epoch.is_some(),
+    };
+    let _ = SERVER_LAYOUT.set(config::server_layout(&raw));
+}
+
+/// Defines every setting and settles this server's identity. Call only
+/// while `shared_preload_libraries` is being loaded.
 pub fn define() {
     let raw_worker = placeholder(c"snowflake_id.worker_id");
     let epoch_set = placeholder(c"snowflake_id.epoch").is_some();

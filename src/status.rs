@@ -9,6 +9,7 @@ use crate::settings;
 use crate::shmem::NO_MARK;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use snowflake_id_core::generator::time_problem;
 use std::sync::atomic::Ordering;
 
 fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
@@ -38,9 +39,10 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let cfg = settings::config();
     let problem = cfg
         .clone()
-        .and_then(|c| settings::policy(&c.layout).map(|_| c))
-        .and_then(|_| durable::may_issue(st))
-        .err()
+        .and_then(|c| settings::policy(&c.layout).map(|p| (c, p)))
+        .and_then(|(c, p)| durable::may_issue(st).map(|_| (c, p)))
+        .map(|(c, p)| time_problem(&st.gen, &c.layout, &p, now))
+        .unwrap_or_else(Some)
         .map(|f| f.message);
     let issued = st.issued();
     let c = &st.counters;

@@ -262,6 +262,32 @@ pub fn generate<E: Env>(
     Ok(())
 }
 
+/// Why a call made at `now` would fail for reasons of time alone (clock
+/// before the epoch, layout used up, clock too far behind), if it would.
+/// For status reports: it takes nothing.
+pub fn time_problem(
+    shared: &Shared,
+    layout: &Layout,
+    policy: &Policy,
+    now: UnixMs,
+) -> Option<Failure> {
+    let Some(now_tick) = layout.tick_at_ms(now) else {
+        return Some(clock_before_epoch(layout, now));
+    };
+    let lim = policy.limits(layout);
+    let s = lim.sequence_bits;
+    let next_tick = shared.next().max(now_tick.min(lim.last_tick + 1) << s) >> s;
+    if next_tick > lim.last_tick {
+        return Some(exhausted(layout));
+    }
+    let resume_tick = next_tick
+        .checked_sub(lim.lead_ticks)
+        .filter(|&t| t > now_tick)?;
+    let wait = (layout.tick_start_ms(resume_tick) - now) as u64;
+    let behind = (layout.tick_start_ms(next_tick) - now) as u64;
+    (wait > policy.max_wait_ms).then(|| clock_behind(policy, behind, wait))
+}
+
 fn clock_before_epoch(layout: &Layout, now: UnixMs) -> Failure {
     Failure::new(
         Class::InvalidParameter,
@@ -619,9 +645,12 @@ mod tests {
         env.steps = vec![-5_500];
         generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
         assert_eq!((env.waits, env.waited), (1, 500));
-        // Far past it: an error, at once.
+        assert_eq!(time_problem(&shared, &layout, &policy, env.now), None);
+        // Far past it: an error, at once, and the status can tell before anyone calls.
         env.steps = vec![-60_000];
+        let reported = time_problem(&shared, &layout, &policy, env.now - 60_000).unwrap();
         let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        assert_eq!(reported, e);
         assert_eq!(env.waits, 1);
         assert_eq!(e.class, Class::NotReady);
         // The clock now reads 70 s before the newest ID: 60 s more than the lead.
@@ -668,11 +697,16 @@ mod tests {
         let mut env = env_for(&layout, &policy, layout.end_ms() + 10);
         let shared = env.shared.clone();
         let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        assert_eq!(
+            Some(&e),
+            time_problem(&shared, &layout, &policy, env.now).as_ref()
+        );
         assert_eq!(e.class, Class::LayoutExhausted);
         assert!(e.message.contains("2024-11-"), "{}", e.message);
         env.now = layout.epoch_ms() - 1;
         let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
         assert!(e.message.contains("before the epoch"), "{}", e.message);
+        assert_eq!(Some(e), time_problem(&shared, &layout, &policy, env.now));
     }
 
     #[test]

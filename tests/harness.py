@@ -1,0 +1,211 @@
+"""Throwaway PostgreSQL servers for the integration tests.
+
+Every test here runs against a real server started from the system's
+PostgreSQL 15 binaries with the installed snowflake_id library: real shared
+memory, real crashes (kill -9), real clock steps (libfaketime), real restarts.
+Postgres refuses to run as root, so servers run as the `postgres` user.
+"""
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+
+import psycopg2
+
+PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+WORK = os.environ.get("SNOWFLAKE_TEST_DIR", "/tmp/snowflake_id-tests")
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+RUN_AS = "postgres"
+
+_next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400"))]
+
+
+def _as_postgres(cmd, env=None, check=True, **kw):
+    """Runs `cmd` as the postgres user (directly if we already are it)."""
+    if os.geteuid() == 0:
+        envs = [f"{k}={v}" for k, v in (env or {}).items()]
+        cmd = ["sudo", "-u", RUN_AS, "env", *envs, *cmd]
+    else:
+        kw["env"] = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+def _chown(path):
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam(RUN_AS)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+class Server:
+    """One PostgreSQL server in its own directory, on its own port.
+
+    conf: extra postgresql.conf lines as a dict.
+    faketime: run it under libfaketime, its clock offset set by set_clock().
+    """
+
+    def __init__(self, name, conf=None, preload=True, faketime=False):
+        self.name = name
+        self.dir = os.path.join(WORK, name)
+        self.data = os.path.join(self.dir, "data")
+        self.log = os.path.join(self.dir, "server.log")
+        self.port = _next_port[0]
+        _next_port[0] += 1
+        self.faketime = faketime
+        self.clock_file = os.path.join(self.dir, "faketime.rc")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        _chown(self.dir)
+        _as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
+        base = {
+            "port": self.port,
+            "listen_addresses": "''",
+            "unix_socket_directories": f"'{self.dir}'",
+            "fsync": "on",
+            "logging_collector": "off",
+            "log_line_prefix": "'%m [%p] '",
+            "max_connections": 40,
+        }
+        if preload:
+            base["shared_preload_libraries"] = "'snowflake_id'"
+            base["snowflake_id.worker_id"] = 1
+        base.update(conf or {})
+        self.write_conf(base)
+        if faketime:
+            self.set_clock(0)
+
+    def write_conf(self, settings):
+        """Replaces the settings block this harness owns in postgresql.conf."""
+        path = os.path.join(self.data, "postgresql.conf")
+        with open(path) as f:
+            text = f.read().split("# --- harness ---")[0]
+        lines = [f"{k} = {v}" for k, v in settings.items() if v is not None]
+        with open(path, "w") as f:
+            f.write(text + "# --- harness ---\n" + "\n".join(lines) + "\n")
+
+    def set_conf(self, **changes):
+        """Changes harness settings (None removes one); takes effect on restart/reload."""
+        path = os.path.join(self.data, "postgresql.conf")
+        with open(path) as f:
+            block = f.read().split("# --- harness ---")[1]
+        settings = dict(line.split(" = ", 1) for line in block.strip().splitlines())
+        for k, v in changes.items():
+            k = k.replace("__", ".")
+            if v is None:
+                settings.pop(k, None)
+            else:
+                settings[k] = v
+        self.write_conf(settings)
+
+    def set_clock(self, offset_seconds):
+        """Moves this server's clock to real time + offset (libfaketime).
+        Each process re-reads the offset within about a second."""
+        assert self.faketime
+        with open(self.clock_file, "w") as f:
+            f.write(f"{offset_seconds:+d}\n")
+        os.chmod(self.clock_file, 0o644)
+        # libfaketime re-reads the file only when its mtime (in whole
+        # seconds) changes: give every write a new second.
+        self._clock_mtime = max(getattr(self, "_clock_mtime", 0) + 1, int(time.time()))
+        os.utime(self.clock_file, (self._clock_mtime, self._clock_mtime))
+
+    def env(self):
+        if not self.faketime:
+            return {}
+        return {
+            "LD_PRELOAD": FAKETIME_LIB,
+            "FAKETIME_TIMESTAMP_FILE": self.clock_file,
+            "FAKETIME_CACHE_DURATION": "1",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        }
+
+    def start(self, check=True):
+        r = _as_postgres(
+            [f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
+            env=self.env(),
+            check=False,
+        )
+        if check and r.returncode != 0:
+            raise RuntimeError(f"server {self.name} did not start:\n{r.stdout}{r.stderr}\n{self.log_text()[-3000:]}")
+        return r
+
+    def stop(self, mode="fast"):
+        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)
+
+    def restart(self, mode="fast"):
+        self.stop(mode)
+        self.start()
+
+    def reload(self):
+        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "reload"])
+
+    def connect(self, dbname="postgres", autocommit=True):
+        conn = psycopg2.connect(host=self.dir, port=self.port, user="postgres", dbname=dbname)
+        conn.autocommit = autocommit
+        return conn
+
+    def connect_retry(self, timeout=60):
+        """Connects, waiting out a crash-restart in progress."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                return self.connect()
+            except psycopg2.OperationalError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def sql(self, query, args=None):
+        """Runs one statement in a fresh session; returns all rows."""
+        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+            cur.execute(query, args)
+            return cur.fetchall() if cur.description else []
+
+    def one(self, query, args=None):
+        return self.sql(query, args)[0][0]
+
+    def error(self, query):
+        """Runs `query` expecting an error; returns (sqlstate, message, hint)."""
+        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+            try:
+                cur.execute(query)
+            except psycopg2.Error as e:
+                d = e.diag
+                return d.sqlstate, d.message_primary, d.message_hint or ""
+        raise AssertionError(f"no error from {query}")
+
+    def postmaster_pid(self):
+        with open(os.path.join(self.data, "postmaster.pid")) as f:
+            return int(f.readline())
+
+    def kill9(self, pid):
+        os.kill(pid, signal.SIGKILL)
+
+    def log_text(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def destroy(self):
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def server(name, **kw):
+    """A started server with the extension created, destroyed afterwards."""
+    s = Server(name, **kw)
+    s.start()
+    try:
+        s.sql("CREATE EXTENSION snowflake_id")
+        yield s
+    except BaseException:
+        print(f"--- last lines of {s.log} ---\n{s.log_text()[-4000:]}")
+        raise
+    finally:
+        s.destroy()

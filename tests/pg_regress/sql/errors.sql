@@ -1,0 +1,21 @@
+-- What a user is told when an input is out of range.
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+
+SELECT snowflake_decode(-1);
+SELECT snowflake_timestamp(-42);
+SELECT * FROM snowflake_decode(9007199254740992, 'js53');
+SELECT * FROM snowflake_decode(1, 'twiter');
+SELECT * FROM snowflake_decode(1, 'time=41,worker=10,sequence=12,unit=1ms');
+SELECT * FROM snowflake_decode(1, 'time=41,worker=10,sequence=13,unit=1ms,epoch=2025-01-01Z');
+SELECT * FROM snowflake_decode(1, 'time=41,worker=10,sequence=12,unit=1h,epoch=2025-01-01Z');
+SELECT * FROM snowflake_decode(1, 'time=41,worker=10,sequence=12,unit=1ms,epoch=2025-01-01');
+SELECT snowflake_from_timestamp('2024-12-31 23:59:59.999+00');
+SELECT snowflake_from_timestamp('2100-01-01 00:00:00+00');
+SELECT snowflake_from_timestamp('infinity');
+SELECT snowflake_from_timestamp('-infinity');
+SELECT snowflake_from_timestamp('2026-01-01 00:00:00+00', 'baidu');
+SELECT snowflake_from_timestamp('2047-01-01 00:00:00+00', 'instagram');
+SELECT snowflake_nextval_batch(0);
+SELECT snowflake_nextval_batch(1000001);
+SELECT snowflake_decode(NULL) IS NULL AS strict_null;

@@ -1,0 +1,68 @@
+"""Many sessions at once on one server: no duplicate, every session's IDs increasing."""
+
+import random
+import threading
+import time
+
+from harness import server
+
+SESSIONS = 8
+PER_SESSION = 100_000
+
+
+def take(srv, seed, out, errors):
+    """Takes at least PER_SESSION IDs, mixing single calls, per-row calls and batches."""
+    rnd = random.Random(seed)
+    try:
+        conn = srv.connect()
+        cur = conn.cursor()
+        ids = []
+        while len(ids) < PER_SESSION:
+            kind = rnd.choice(["single", "rows", "batch", "batch"])
+            if kind == "single":
+                for _ in range(rnd.randint(1, 50)):
+                    cur.execute("SELECT snowflake_nextval()")
+                    ids.append(cur.fetchone()[0])
+            elif kind == "rows":
+                cur.execute("SELECT snowflake_nextval() FROM generate_series(1, %s)", (rnd.randint(1, 3000),))
+                ids.extend(r[0] for r in cur.fetchall())
+            else:
+                cur.execute("SELECT snowflake_nextval_batch(%s)", (rnd.randint(1, 5000),))
+                ids.extend(r[0] for r in cur.fetchall())
+        out[seed] = ids
+        conn.close()
+    except Exception as e:  # reported by the main thread
+        errors.append(e)
+
+
+def test_eight_sessions_never_collide_and_each_sees_its_ids_increase():
+    with server("concurrency") as srv:
+        out, errors = {}, []
+        threads = [threading.Thread(target=take, args=(srv, s, out, errors)) for s in range(SESSIONS)]
+        started = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.time() - started
+        assert not errors, errors
+        total = sum(len(ids) for ids in out.values())
+        everything = set()
+        for seed, ids in out.items():
+            assert len(ids) >= PER_SESSION
+            bad = next((i for i in range(1, len(ids)) if ids[i] <= ids[i - 1]), None)
+            assert bad is None, f"session {seed}: {ids[bad - 1]} then {ids[bad]}"
+            everything.update(ids)
+        assert len(everything) == total, f"{total - len(everything)} duplicate IDs"
+        # Every ID carries this server's worker id and decodes to a recent time.
+        sample = random.Random(0).sample(sorted(everything), 1000)
+        rows = srv.sql(
+            "SELECT bool_and(worker_id = 1), max(abs(extract(epoch FROM ts - now())))::float8"
+            " FROM unnest(%s::bigint[]) i, snowflake_decode(i)",
+            (sample,),
+        )
+        assert rows[0][0] is True
+        assert rows[0][1] < 60, rows
+        status = srv.sql("SELECT ids_issued, errors FROM snowflake_status")[0]
+        assert status[0] >= total and status[1] == 0, status
+        print(f"{total} IDs from {SESSIONS} sessions in {elapsed:.1f} s, all unique and per-session increasing")
