@@ -56,6 +56,8 @@ class Server:
         _next_port[0] += 1
         self.faketime = faketime
         self.clock_file = os.path.join(self.dir, "faketime.rc")
+        if os.path.exists(os.path.join(self.data, "postmaster.pid")):
+            self.stop("immediate")  # left running by an interrupted run
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         _chown(self.dir)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything snowflake_id needs to build, test and benchmark on
+# Debian 12, as root: Debian packages, the Rust toolchain if missing,
+# cargo-pgrx 0.18.1, and `cargo pgrx init` against the system PostgreSQL 15.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+
+PG_MAJOR=15
+PGRX_VERSION=0.18.1
+PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config"
+
+say() { printf '\n==> %s\n' "$*"; }
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "setup.sh installs system packages: run it as root." >&2
+    exit 1
+fi
+
+packages=(
+    build-essential pkg-config clang libclang-dev libssl-dev ca-certificates curl git
+    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+    sudo faketime libfaketime
+    python3 python3-psycopg2 python3-pytest python3-matplotlib
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    say "Installing Debian packages: ${missing[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null; then
+    say "Installing the Rust toolchain (rustup)"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+fi
+
+if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
+    say "Installing cargo-pgrx $PGRX_VERSION (takes about 5 minutes)"
+    cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+
+if ! grep -qsF "pg$PG_MAJOR = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+    say "Pointing pgrx at the system PostgreSQL $PG_MAJOR"
+    cargo pgrx init "--pg$PG_MAJOR" "$PG_CONFIG"
+fi

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up this machine (scripts/setup.sh) and runs every test:
+#   1. the pure-Rust core: unit and property tests (cargo test)
+#   2. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
+#   3. against real servers started for the purpose: pg_regress files,
+#      concurrency, crashes (kill -9), restarts, clock steps (libfaketime),
+#      bulk throttling, settings (pytest, tests/*.py)
+# Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+started=$SECONDS
+
+step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
+
+# Servers left running by an interrupted earlier run would hold ports and files.
+if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
+    for pid_file in "$SNOWFLAKE_TEST_DIR"/*/data/postmaster.pid "$SNOWFLAKE_TEST_DIR"/pgrx/postmaster.pid; do
+        [[ -f "$pid_file" ]] && sudo -u postgres /usr/lib/postgresql/15/bin/pg_ctl -D "$(dirname "$pid_file")" -m immediate stop || true
+    done
+    rm -rf "$SNOWFLAKE_TEST_DIR"
+fi
+mkdir -p "$SNOWFLAKE_TEST_DIR"
+chown postgres "$SNOWFLAKE_TEST_DIR"
+
+step "Core: unit and property tests"
+cargo test -p snowflake_id_core
+
+step "Extension: #[pg_test] tests in a real PostgreSQL"
+cargo pgrx test pg15 --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
+
+step "Installing the extension into the system PostgreSQL"
+cargo pgrx install --pg-config "$PG_CONFIG"
+
+step "Real servers: regression files, concurrency, crashes, clock steps, settings"
+/usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/
+
+step "All tests passed"
