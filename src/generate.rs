@@ -117,17 +117,20 @@ fn issue(n: u64, mut sink: impl FnMut(Taken)) -> &'static Config {
         cfg,
         lim: policy.limits(&cfg.layout),
     };
-    let (mut issued, mut borrowed) = (0, 0);
+    let (mut issued, mut borrowed, mut ahead) = (0, 0, 0);
     let result = generate(&st.gen, &cfg.layout, &policy, &mut env, n, |t| {
         issued += t.count;
         borrowed += t.borrowed_ticks;
+        ahead = ahead.max(t.ahead_ms);
         sink(t);
     });
     st.count_issued(issued);
+    // Only a take that borrowed ticks can set a new furthest lead, so these
+    // shared writes happen at most once per tick.
     if borrowed > 0 {
-        st.counters
-            .borrowed_ticks
-            .fetch_add(borrowed, Ordering::Relaxed);
+        let c = &st.counters;
+        c.borrowed_ticks.fetch_add(borrowed, Ordering::Relaxed);
+        c.largest_lead_ms.fetch_max(ahead.max(0) as u64, Ordering::Relaxed);
     }
     if let Err(f) = result {
         counted(f);

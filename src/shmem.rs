@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, 
 #[derive(Default)]
 pub struct Counters {
     pub borrowed_ticks: AtomicU64,
+    /// The furthest the time inside an issued ID ran ahead of the clock, ms.
+    pub largest_lead_ms: AtomicU64,
     pub clock_steps_back: AtomicU64,
     pub largest_step_back_ms: AtomicU64,
     pub waits: AtomicU64,

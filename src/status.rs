@@ -71,6 +71,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         last.map(|(id, _)| pg_sys::Datum::from(id)),
         last.and_then(|(_, t)| ts(t)),
         last.and_then(|(_, t)| interval_ms(t - now)),
+        interval_ms(c.largest_lead_ms.load(Ordering::Relaxed) as i64),
         mark_end.and_then(ts),
         (mark != NO_MARK)
             .then(|| ts(st.mark_written_at_ms.load(Ordering::Relaxed)))
@@ -105,6 +106,7 @@ CREATE FUNCTION snowflake_status(
     OUT last_id bigint,
     OUT last_id_time timestamptz,
     OUT lead interval,
+    OUT largest_lead interval,
     OUT durable_mark timestamptz,
     OUT durable_mark_written_at timestamptz,
     OUT ids_issued bigint,

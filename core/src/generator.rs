@@ -94,6 +94,10 @@ pub struct Taken {
     pub count: u64,
     /// Ticks ahead of the clock this take was the first to enter.
     pub borrowed_ticks: u64,
+    /// When it entered ticks ahead: how far the start of its last tick is
+    /// ahead of the clock reading it was taken at, in ms. The largest value
+    /// ever seen is the furthest IDs ran ahead (set by [`generate`]).
+    pub ahead_ms: i64,
 }
 
 /// Why a take could not complete now.
@@ -157,6 +161,7 @@ pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Resu
                     first,
                     count,
                     borrowed_ticks,
+                    ahead_ms: 0,
                 });
             }
             Err(seen) => next = seen,
@@ -239,7 +244,11 @@ pub fn generate<E: Env>(
             return Err(env.fail(clock_before_epoch(layout, now)));
         };
         match try_take(shared, &lim, now_tick, left) {
-            Ok(t) => {
+            Ok(mut t) => {
+                if t.borrowed_ticks > 0 {
+                    t.ahead_ms =
+                        layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now;
+                }
                 left -= t.count;
                 sink(t);
             }
@@ -413,7 +422,10 @@ mod tests {
         durable(&sh);
         let l = lim(2, 3);
         let t = try_take(&sh, &l, 10, 4).unwrap();
-        assert_eq!((t.first, t.count, t.borrowed_ticks), (40, 4, 0));
+        assert_eq!(
+            (t.first, t.count, t.borrowed_ticks, t.ahead_ms),
+            (40, 4, 0, 0)
+        );
         let t = try_take(&sh, &l, 10, 1).unwrap();
         assert_eq!((t.first >> 2, t.borrowed_ticks), (11, 1));
         // A run that crosses ticks counts each tick it enters ahead of the clock once.
@@ -609,10 +621,16 @@ mod tests {
         let mut env = env_for(&layout, &policy, start);
         let shared = env.shared.clone();
         let mut got = vec![];
+        let mut furthest_ahead = 0;
         generate(&shared, &layout, &policy, &mut env, 16 * 100, |t| {
+            furthest_ahead = furthest_ahead.max(t.ahead_ms);
             got.extend(t.first..t.first + t.count)
         })
         .unwrap();
+        assert_eq!(
+            furthest_ahead, 10,
+            "the lead is used up to max_lead, no further"
+        );
         assert_eq!(got.len(), 1600);
         assert!(
             got.windows(2).all(|w| w[1] == w[0] + 1),
@@ -762,6 +780,7 @@ mod tests {
                 generate(&shared, &layout, &policy, &mut env, *want, |t| runs.push(t)).unwrap();
                 prop_assert_eq!(runs.iter().map(|t| t.count).sum::<u64>(), *want);
                 for t in runs {
+                    prop_assert!(t.ahead_ms <= lead as i64);
                     prop_assert!(last.is_none_or(|l| t.first > l));
                     let end = t.first + t.count - 1;
                     last = Some(end);
