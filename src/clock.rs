@@ -1,15 +1,19 @@
 //! The wall clock, read the way libfaketime and every NTP step can move it.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 /// Milliseconds since 1970-01-01 UTC by the system clock. A clock set
 /// before 1970 reads as negative, so it is caught as "before the epoch".
 #[inline]
 pub fn now_ms() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_millis() as i64,
-        Err(e) => -(e.duration().as_millis() as i64) - 1,
-    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own. CLOCK_REALTIME cannot fail on Linux;
+    // were it to, the zeroed reading is 1970, an error "before the epoch".
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    // tv_nsec is always 0..1e9, so this floors toward minus infinity for
+    // times before 1970 as well.
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
 /// Postgres `timestamptz` (microseconds since 2000-01-01) of a Unix millisecond.

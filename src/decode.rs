@@ -3,6 +3,7 @@
 
 use crate::clock::{pg_timestamp, unix_us};
 use crate::errors::OrRaise;
+use crate::local::ProcessLocal;
 use crate::record::{finfo_v1, row};
 use crate::settings;
 use pgrx::pg_sys;
@@ -14,16 +15,17 @@ use std::cell::RefCell;
 
 /// A layout argument, parsed once per distinct text in a row of calls.
 fn layout_arg(text: &str) -> Layout {
-    thread_local! {
-        static LAST: RefCell<Option<(String, Result<Layout, Failure>)>> = const { RefCell::new(None) };
-    }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
+    static LAST: ProcessLocal<RefCell<Option<(String, Result<Layout, Failure>)>>> =
+        ProcessLocal(RefCell::new(None));
+    let parsed = {
+        let mut last = LAST.0.borrow_mut();
         if last.as_ref().is_none_or(|(t, _)| t != text) {
             *last = Some((text.to_string(), Layout::from_argument(text)));
         }
-        last.as_ref().unwrap().1.clone().or_raise()
-    })
+        last.as_ref().map(|(_, l)| l.clone())
+    };
+    // Raised after the borrow ends: the error leaves this frame by longjmp.
+    parsed.expect("just stored").or_raise()
 }
 
 fn server_layout() -> &'static Layout {

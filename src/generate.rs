@@ -3,13 +3,15 @@
 use crate::clock;
 use crate::durable::{self, Trigger};
 use crate::errors::raise;
+use crate::local::ProcessLocal;
 use crate::settings;
 use crate::shmem::{self, State};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::config::Config;
-use snowflake_id_core::generator::{generate, Env, Limits, Taken};
+use snowflake_id_core::generator::{generate, take_at, Env, Limits, Taken};
 use snowflake_id_core::{Class, Failure};
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -22,6 +24,8 @@ struct Backend<'a> {
     st: &'a State,
     cfg: &'a Config,
     lim: Limits,
+    /// The caller's clock reading, used for the first attempt.
+    first_reading: Option<i64>,
 }
 
 impl Env for Backend<'_> {
@@ -29,7 +33,7 @@ impl Env for Backend<'_> {
 
     #[inline]
     fn now_ms(&mut self) -> i64 {
-        clock::now_ms()
+        self.first_reading.take().unwrap_or_else(clock::now_ms)
     }
 
     fn wait_ms(&mut self, ms: u64) -> Result<(), Failure> {
@@ -102,48 +106,107 @@ pub fn shared_state() -> &'static State {
     shmem::state().unwrap_or_else(|| raise(not_preloaded()))
 }
 
-/// Issues `n` IDs through `sink` as increasing runs of counter values.
-#[inline]
-fn issue(n: u64, mut sink: impl FnMut(Taken)) -> &'static Config {
+/// Issues `n` IDs through `sink` as increasing runs of counter values,
+/// with the clock reading `now`.
+fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
     let st = shared_state();
     let counted = |f: Failure| -> ! {
         st.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
     let cfg = settings::config().unwrap_or_else(|f| counted(f));
+    if now >= cfg.warn_from_ms && !END_WARNED.0.get() {
+        warn_once_of_end(cfg, now);
+    }
     let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
     let mut env = Backend {
         st,
         cfg,
-        lim: policy.limits(&cfg.layout),
+        lim: policy.limits(),
+        first_reading: Some(now),
     };
-    let (mut issued, mut borrowed, mut ahead) = (0, 0, 0);
+    let mut tally = Tally::default();
     let result = generate(&st.gen, &cfg.layout, &policy, &mut env, n, |t| {
-        issued += t.count;
-        borrowed += t.borrowed_ticks;
-        ahead = ahead.max(t.ahead_ms);
+        tally.add(&t);
         sink(t);
     });
-    st.count_issued(issued);
-    // Only a take that borrowed ticks can set a new furthest lead, so these
-    // shared writes happen at most once per tick.
-    if borrowed > 0 {
-        let c = &st.counters;
-        c.borrowed_ticks.fetch_add(borrowed, Ordering::Relaxed);
-        c.largest_lead_ms.fetch_max(ahead.max(0) as u64, Ordering::Relaxed);
-    }
+    tally.record(st);
     if let Err(f) = result {
         counted(f);
     }
     cfg
 }
 
+/// Whether this session was told that the layout is about to run out.
+static END_WARNED: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+/// Tells the session (and the server log), once, that the layout is about
+/// to run out.
+#[cold]
+fn warn_once_of_end(cfg: &Config, now: i64) {
+    if let Some(w) = cfg.layout.end_warning(now) {
+        END_WARNED.0.set(true);
+        crate::errors::log(w, PgLogLevel::WARNING);
+    }
+}
+
+/// What one call issued, for the shared counters.
+#[derive(Default)]
+struct Tally {
+    issued: u64,
+    borrowed: u64,
+    ahead_ms: i64,
+}
+
+impl Tally {
+    #[inline]
+    fn add(&mut self, t: &Taken) {
+        self.issued += t.count;
+        self.borrowed += t.borrowed_ticks;
+        self.ahead_ms = self.ahead_ms.max(t.ahead_ms);
+    }
+
+    #[inline]
+    fn record(&self, st: &State) {
+        st.count_issued(self.issued);
+        // Only a take that borrowed ticks can set a new furthest lead, so
+        // these shared writes happen at most once per tick.
+        if self.borrowed > 0 {
+            let c = &st.counters;
+            c.borrowed_ticks.fetch_add(self.borrowed, Ordering::Relaxed);
+            c.largest_lead_ms
+                .fetch_max(self.ahead_ms.max(0) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The next ID of this server: unique, and greater than every ID this
 /// server issued before, on any backend.
 #[pg_extern(volatile, parallel_safe)]
 fn snowflake_nextval() -> i64 {
-    let mut first = 0;
-    let cfg = issue(1, |t| first = t.first);
+    let now = clock::now_ms();
+    // Nearly every call: settings checked before, the clock's tick open, the
+    // durable mark ahead. Anything else (first call, a setting changed, a
+    // wait, a mark to write, an error) goes the full way with the same
+    // clock reading.
+    let quick = || {
+        let st = shmem::state()?;
+        let cfg = settings::config().ok()?;
+        if now >= cfg.warn_from_ms && !END_WARNED.0.get() {
+            return None;
+        }
+        let lim = settings::cached_policy()?.limits();
+        let t = take_at(&st.gen, &cfg.layout, &lim, now, 1)?.ok()?;
+        let mut tally = Tally::default();
+        tally.add(&t);
+        tally.record(st);
+        Some((cfg, t.first))
+    };
+    let (cfg, first) = quick().unwrap_or_else(|| {
+        let mut first = 0;
+        let cfg = issue(1, now, |t| first = t.first);
+        (cfg, first)
+    });
     cfg.layout.id_from_counter(first, u64::from(cfg.worker_id)) as i64
 }
 
@@ -162,7 +225,7 @@ fn snowflake_nextval_batch(n: i32) -> SetOfIterator<'static, i64> {
         );
     }
     let mut runs = Vec::with_capacity(1);
-    let cfg = issue(n as u64, |t| runs.push(t));
+    let cfg = issue(n as u64, clock::now_ms(), |t| runs.push(t));
     let (layout, worker) = (cfg.layout, u64::from(cfg.worker_id));
     SetOfIterator::new(runs.into_iter().flat_map(move |t| {
         (t.first..t.first + t.count).map(move |c| layout.id_from_counter(c, worker) as i64)

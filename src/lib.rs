@@ -13,6 +13,7 @@ mod decode;
 mod durable;
 mod errors;
 mod generate;
+mod local;
 mod record;
 mod reserver;
 mod settings;
@@ -42,7 +43,7 @@ fn snowflake_adopt_settings() -> String {
     let st = generate::shared_state();
     let cfg = settings::config().or_raise();
     let policy = settings::policy(&cfg.layout).or_raise();
-    durable::adopt(st, cfg, &policy.limits(&cfg.layout)).or_raise()
+    durable::adopt(st, cfg, &policy.limits()).or_raise()
 }
 
 extension_sql!(

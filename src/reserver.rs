@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 const PERIOD: Duration = Duration::from_millis(100);
 /// Backward steps smaller than this are scheduling noise, not clock steps.
 const STEP_TOLERANCE_MS: i64 = 5;
+/// How often the server log is reminded that the layout is running out.
+const END_WARNING_EVERY_MS: i64 = 86_400_000;
 
 pub fn register() {
     BackgroundWorkerBuilder::new("snowflake_id reserver")
@@ -71,6 +73,7 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
         .store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
     let mut watch = StepWatch::new();
     let mut reported = false;
+    let mut end_warned_at: Option<i64> = None;
     while BackgroundWorker::wait_latch(Some(PERIOD)) {
         if BackgroundWorker::sighup_received() {
             // SAFETY: the documented way for a background worker to reload settings.
@@ -80,19 +83,21 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
         let (Ok(cfg), true) = (settings::config(), durable::may_issue(st).is_ok()) else {
             continue;
         };
+        // The server log hears of a layout's coming end at start and daily.
+        if now >= cfg.warn_from_ms && end_warned_at.is_none_or(|t| now - t >= END_WARNING_EVERY_MS)
+        {
+            if let Some(w) = cfg.layout.end_warning(now) {
+                errors::log(w, PgLogLevel::WARNING);
+                end_warned_at = Some(now);
+            }
+        }
         let Ok(policy) = settings::policy(&cfg.layout) else {
             continue;
         };
         let Some(now_tick) = cfg.layout.tick_at_ms(now) else {
             continue;
         };
-        match durable::extend(
-            st,
-            cfg,
-            &policy.limits(&cfg.layout),
-            now_tick,
-            Trigger::Background,
-        ) {
+        match durable::extend(st, cfg, &policy.limits(), now_tick, Trigger::Background) {
             Ok(()) => reported = false,
             // Callers will meet the same error themselves; say it once here.
             Err(f) if !reported => {

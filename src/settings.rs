@@ -16,10 +16,12 @@ use snowflake_id_core::config::{self, Config, RawSettings};
 use snowflake_id_core::generator::Policy;
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::{Class, Failure};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
+
+use crate::local::ProcessLocal;
 
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 static LAYOUT: GucSetting<Option<CString>> =
@@ -40,11 +42,10 @@ pub const DEFAULT_MAX_WAIT_MS: i32 = 1_000;
 static SERVER_LAYOUT: OnceLock<Result<Layout, Failure>> = OnceLock::new();
 static CONFIG: OnceLock<Result<Config, Failure>> = OnceLock::new();
 
-thread_local! {
-    /// Set when a wait setting's value in the configuration was rejected at
-    /// start; cleared when a later reload applies a value.
-    static POLICY_PROBLEM: RefCell<[Option<Failure>; 2]> = const { RefCell::new([None, None]) };
-}
+/// Set when a wait setting's value in the configuration was rejected at
+/// start; cleared when a later reload applies a value.
+static POLICY_PROBLEM: ProcessLocal<RefCell<[Option<Failure>; 2]>> =
+    ProcessLocal(RefCell::new([None, None]));
 /// One bit per entry of `POLICY_PROBLEM`, so the hot path checks one word.
 static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 
@@ -77,7 +78,7 @@ fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, 
 }
 
 fn clear_policy_problem(which: usize) {
-    POLICY_PROBLEM.with(|p| p.borrow_mut()[which] = None);
+    POLICY_PROBLEM.0.borrow_mut()[which] = None;
     ANY_POLICY_PROBLEM.fetch_and(!(1 << which), Ordering::Relaxed);
 }
 
@@ -187,7 +188,7 @@ pub fn define() {
             )
             .detail("The server ignored it at start; no ID is issued until it is fixed.")
             .hint(format!("Write it as milliseconds or with a unit, e.g. ALTER SYSTEM SET {name} = '10s'; SELECT pg_reload_conf();"));
-            POLICY_PROBLEM.with(|p| p.borrow_mut()[i] = Some(f));
+            POLICY_PROBLEM.0.borrow_mut()[i] = Some(f);
             ANY_POLICY_PROBLEM.fetch_or(1 << i, Ordering::Relaxed);
         }
     }
@@ -242,25 +243,68 @@ pub fn server_layout() -> Result<&'static Layout, Failure> {
 pub fn config() -> Result<&'static Config, Failure> {
     match CONFIG.get() {
         Some(Ok(c)) => Ok(c),
-        Some(Err(f)) => Err(f.clone()),
-        None => Err(Failure::new(
-            Class::NotReady,
-            "snowflake_id settings are not loaded",
-        )),
+        other => Err(config_problem(other)),
     }
 }
 
-/// The wait policy as the settings stand now.
+#[cold]
+#[inline(never)]
+fn config_problem(loaded: Option<&Result<Config, Failure>>) -> Failure {
+    match loaded {
+        Some(Err(f)) => f.clone(),
+        _ => Failure::new(Class::NotReady, "snowflake_id settings are not loaded"),
+    }
+}
+
+/// The wait policy as the settings stand now. Every ID asks, so the checked
+/// policy is kept until a setting changes.
 #[inline]
 pub fn policy(layout: &Layout) -> Result<Policy, Failure> {
+    match cached_policy() {
+        Some(p) => Ok(p),
+        None => policy_fresh(layout, policy_key()),
+    }
+}
+
+/// The policy checked before, if the settings have not changed since.
+#[inline]
+pub fn cached_policy() -> Option<Policy> {
+    if POLICY_KEY.0.get() != policy_key() || ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
+        return None;
+    }
+    POLICY.0.get()
+}
+
+/// The two settings a policy is made from, as one comparable word.
+#[inline]
+fn policy_key() -> u64 {
+    // SAFETY: Postgres writes these on this process's one thread, between
+    // statements; read raw, as GucSetting::get would, minus its per-call
+    // thread check (a TLS lookup on the path of every ID).
+    let (lead, wait) = unsafe { (*MAX_LEAD.as_ptr(), *MAX_WAIT.as_ptr()) };
+    (u64::from(lead as u32) << 32) | u64::from(wait as u32)
+}
+
+#[cold]
+#[inline(never)]
+fn policy_fresh(layout: &Layout, key: u64) -> Result<Policy, Failure> {
     if ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
-        if let Some(f) = POLICY_PROBLEM.with(|p| p.borrow().iter().flatten().next().cloned()) {
+        if let Some(f) = POLICY_PROBLEM.0.borrow().iter().flatten().next().cloned() {
             return Err(f);
         }
     }
-    Policy::new(
+    let p = Policy::new(
         layout,
         MAX_LEAD.get().max(0) as u64,
         MAX_WAIT.get().max(0) as u64,
-    )
+    )?;
+    POLICY.0.set(Some(p));
+    POLICY_KEY.0.set(key);
+    Ok(p)
 }
+
+/// The checked policy and the settings it was made from. The layout it was
+/// checked against is fixed for the server's life. No pair of settings
+/// makes the initial key (both would have to be -1).
+static POLICY: ProcessLocal<Cell<Option<Policy>>> = ProcessLocal(Cell::new(None));
+static POLICY_KEY: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(u64::MAX));

@@ -3,9 +3,11 @@
 //! process for the count of IDs it issued (so the hot path never writes a
 //! line another process writes).
 
+use crate::local::ProcessLocal;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::generator::Shared;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 /// Counters of events that are rare by nature (each at most once per tick,
@@ -168,10 +170,8 @@ impl State {
     /// The slot of the calling process, found once and remembered.
     #[inline]
     pub fn my_slot(&self) -> Option<&Slot> {
-        thread_local! {
-            static MINE: std::cell::Cell<*const Slot> = const { std::cell::Cell::new(std::ptr::null()) };
-        }
-        let cached = MINE.get();
+        static MINE: ProcessLocal<Cell<*const Slot>> = ProcessLocal(Cell::new(std::ptr::null()));
+        let cached = MINE.0.get();
         if !cached.is_null() {
             // SAFETY: points into this state's slot array, which never moves.
             return Some(unsafe { &*cached });
@@ -189,7 +189,7 @@ impl State {
             return None;
         }
         let slot = self.slots().get(index)? as *const Slot;
-        MINE.set(slot);
+        MINE.0.set(slot);
         // SAFETY: as above.
         Some(unsafe { &*slot })
     }

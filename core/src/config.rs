@@ -7,7 +7,7 @@
 
 use crate::failure::{Class, Failure};
 use crate::layout::{Layout, Spec, DEFAULT_NAME};
-use crate::timefmt::{format_instant, parse_instant};
+use crate::timefmt::{format_instant, parse_instant, UnixMs};
 
 /// `snowflake_id.epoch`'s default, as written.
 pub const DEFAULT_EPOCH_TEXT: &str = "2025-01-01 00:00:00+00";
@@ -28,6 +28,8 @@ pub struct RawSettings<'a> {
 pub struct Config {
     pub layout: Layout,
     pub worker_id: u32,
+    /// [`Layout::warn_from_ms`], worked out once: every ID compares with it.
+    pub warn_from_ms: UnixMs,
 }
 
 const RESTART: &str = "then restart PostgreSQL";
@@ -56,7 +58,11 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
         }
         w => w as u32,
     };
-    Ok(Config { layout, worker_id })
+    Ok(Config {
+        layout,
+        worker_id,
+        warn_from_ms: layout.warn_from_ms(),
+    })
 }
 
 /// This server's layout with its epoch settled: all that decoding needs.

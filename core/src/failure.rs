@@ -27,6 +27,8 @@ pub enum Class {
     Io,
     /// 42501 insufficient_privilege.
     Privilege,
+    /// 01000 warning: not a failure yet, reported at WARNING level.
+    Warning,
 }
 
 impl Class {
@@ -42,6 +44,7 @@ impl Class {
             Class::Corrupted => "XX001",
             Class::Io => "58030",
             Class::Privilege => "42501",
+            Class::Warning => "01000",
         }
     }
 }

@@ -169,11 +169,13 @@ pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Resu
     }
 }
 
-/// The settings that shape waiting, checked against the layout.
+/// The settings that shape waiting, checked against the layout, with the
+/// limits they imply worked out once (no division per call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub max_lead_ms: u64,
     pub max_wait_ms: u64,
+    lim: Limits,
 }
 
 impl Policy {
@@ -198,15 +200,18 @@ impl Policy {
         Ok(Policy {
             max_lead_ms,
             max_wait_ms,
+            lim: Limits {
+                sequence_bits: layout.sequence_bits(),
+                last_tick: layout.last_tick(),
+                lead_ticks: max_lead_ms / layout.unit_ms(),
+            },
         })
     }
 
-    pub fn limits(&self, layout: &Layout) -> Limits {
-        Limits {
-            sequence_bits: layout.sequence_bits(),
-            last_tick: layout.last_tick(),
-            lead_ticks: self.max_lead_ms / layout.unit_ms(),
-        }
+    /// The limits for the layout this policy was checked against.
+    #[inline]
+    pub fn limits(&self) -> Limits {
+        self.lim
     }
 }
 
@@ -226,6 +231,27 @@ pub trait Env {
     fn fail(&mut self, failure: Failure) -> Self::Error;
 }
 
+/// One attempt at taking up to `want` values with the clock reading `now`:
+/// [`try_take`] at the clock's tick, with [`Taken::ahead_ms`] filled in.
+/// `None` when the clock reads before the layout's epoch. This is all a
+/// caller does when nothing has to wait, so it can serve as a fast path.
+#[inline]
+pub fn take_at(
+    shared: &Shared,
+    layout: &Layout,
+    lim: &Limits,
+    now: UnixMs,
+    want: u64,
+) -> Option<Result<Taken, Blocked>> {
+    let now_tick = layout.tick_at_ms(now)?;
+    Some(try_take(shared, lim, now_tick, want).map(|mut t| {
+        if t.borrowed_ticks > 0 {
+            t.ahead_ms = layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now;
+        }
+        t
+    }))
+}
+
 /// Hands out `want` counter values through `sink`, in one or more
 /// increasing runs, waiting for the clock or the durable mark as needed.
 pub fn generate<E: Env>(
@@ -236,19 +262,15 @@ pub fn generate<E: Env>(
     want: u64,
     mut sink: impl FnMut(Taken),
 ) -> Result<(), E::Error> {
-    let lim = policy.limits(layout);
+    let lim = policy.limits();
     let mut left = want;
     let mut now = env.now_ms();
     while left > 0 {
-        let Some(now_tick) = layout.tick_at_ms(now) else {
+        let Some(attempt) = take_at(shared, layout, &lim, now, left) else {
             return Err(env.fail(clock_before_epoch(layout, now)));
         };
-        match try_take(shared, &lim, now_tick, left) {
-            Ok(mut t) => {
-                if t.borrowed_ticks > 0 {
-                    t.ahead_ms =
-                        layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now;
-                }
+        match attempt {
+            Ok(t) => {
                 left -= t.count;
                 sink(t);
             }
@@ -283,7 +305,7 @@ pub fn time_problem(
     let Some(now_tick) = layout.tick_at_ms(now) else {
         return Some(clock_before_epoch(layout, now));
     };
-    let lim = policy.limits(layout);
+    let lim = policy.limits();
     let s = lim.sequence_bits;
     let next_tick = shared.next().max(now_tick.min(lim.last_tick + 1) << s) >> s;
     if next_tick > lim.last_tick {
@@ -608,7 +630,7 @@ mod tests {
             waits: 0,
             writes: 0,
             reservation: Reservation::for_layout(layout),
-            lim: policy.limits(layout),
+            lim: policy.limits(),
             shared: Arc::new(Shared::resume(None, layout.sequence_bits())),
         }
     }
@@ -735,7 +757,7 @@ mod tests {
             Layout::by_name("sonyflake").unwrap(),
         ] {
             let policy = Policy::new(&layout, 10_000, 1000).unwrap();
-            let lim = policy.limits(&layout);
+            let lim = policy.limits();
             let res = Reservation::for_layout(&layout);
             let sh = Shared::resume(Some(0), layout.sequence_bits());
             let mut caller_writes = 0;

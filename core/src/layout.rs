@@ -5,7 +5,7 @@
 //! decode never returns a wrong answer and a bound never wraps.
 
 use crate::failure::{Class, Failure};
-use crate::timefmt::{format_instant, parse_instant, UnixMs};
+use crate::timefmt::{format_duration, format_instant, parse_instant, UnixMs};
 
 /// Which field sits right below the time field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,6 +57,10 @@ pub struct Decoded {
 pub const DEFAULT_NAME: &str = "snowflake_id";
 /// 2025-01-01 00:00:00 UTC.
 pub const DEFAULT_EPOCH_MS: UnixMs = 1_735_689_600_000;
+
+/// How long before a layout runs out generation starts to warn: a year is
+/// time enough to plan and roll out a move to another layout.
+pub const END_WARNING_MS: i64 = 365 * 86_400_000;
 
 const fn named(
     name: &'static str,
@@ -466,11 +470,44 @@ impl Layout {
         end.min(i128::from(i64::MAX)) as i64
     }
 
+    /// From this instant on, generation warns that the layout is running out
+    /// ([`END_WARNING_MS`] before its end).
+    pub fn warn_from_ms(&self) -> UnixMs {
+        self.end_ms().saturating_sub(END_WARNING_MS)
+    }
+
+    /// The warning due at `now`: between [`Layout::warn_from_ms`] and the
+    /// end. At and after the end, generation fails instead.
+    pub fn end_warning(&self, now: UnixMs) -> Option<Failure> {
+        let end = self.end_ms();
+        (now >= self.warn_from_ms() && now < end).then(|| {
+            Failure::new(
+                Class::Warning,
+                format!(
+                    "{} runs out of time in {}, at {}",
+                    self.title(),
+                    format_duration((end - now) as u64),
+                    format_instant(end)
+                ),
+            )
+            .detail(
+                "From then on snowflake_nextval() raises an error; it never wraps around to reissue small IDs. \
+                 This warning starts one year before the end.",
+            )
+            .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout\" in the README.")
+        })
+    }
+
     /// The tick a wall-clock reading falls in; `None` before the epoch.
     #[inline]
     pub fn tick_at_ms(&self, unix_ms: UnixMs) -> Option<u64> {
         let since = unix_ms.checked_sub(self.epoch_ms)?;
-        (since >= 0).then(|| since as u64 / self.unit_ms)
+        // Most layouts tick in milliseconds: skip the division, the costliest
+        // instruction on the path of every ID.
+        (since >= 0).then(|| match self.unit_ms {
+            1 => since as u64,
+            unit => since as u64 / unit,
+        })
     }
 
     fn id_range_text(&self) -> String {
@@ -746,6 +783,31 @@ mod tests {
                 }
             ),
         ]
+    }
+
+    #[test]
+    fn a_year_before_the_end_comes_a_warning_that_says_when() {
+        let l = Layout::from_argument(
+            "time=40,worker=10,sequence=13,unit=1ms,epoch=2025-01-01 00:00:00+00",
+        )
+        .unwrap();
+        let end = l.end_ms();
+        assert!(l.end_warning(end - END_WARNING_MS - 1).is_none());
+        let w = l.end_warning(end - 3 * 86_400_000).unwrap();
+        assert_eq!(w.class, Class::Warning);
+        assert!(
+            w.message.contains("runs out of time in 3 days 0 h"),
+            "{}",
+            w.message
+        );
+        assert!(w.message.contains(&format_instant(end)), "{}", w.message);
+        assert!(w.hint.unwrap().contains("Changing the layout"));
+        // From the end on it is an error, not a warning.
+        assert!(l.end_warning(end).is_none());
+        // The default layout is decades from its end.
+        assert!(NAMED[0]
+            .end_warning(DEFAULT_EPOCH_MS + 50 * END_WARNING_MS)
+            .is_none());
     }
 
     proptest! {
