@@ -3,6 +3,7 @@
 # and installs snowflake_id in release mode, starts a throwaway server with it
 # preloaded (fsync on, defaults otherwise), runs every case against every
 # competitor, and writes bench/results/{results.md,results.json,*.png}.
+# Then measures what counting issued IDs costs (core/examples/counter_cost.rs).
 # Takes about 25 minutes on 2 cores. Arguments go to bench/bench.py
 # (e.g. --only per_call --reps 3); see bench/bench.py --help.
 set -euo pipefail
@@ -20,4 +21,16 @@ mkdir -p "$SNOWFLAKE_TEST_DIR"
 chown postgres "$SNOWFLAKE_TEST_DIR"
 
 printf '\n==> Benchmark\n'
-exec /usr/bin/python3 bench/bench.py "$@"
+/usr/bin/python3 bench/bench.py "$@"
+
+# What counting issued IDs would cost if every ID bumped one shared counter,
+# against the per-process slots the extension uses (no server involved).
+if [[ " $* " != *" --only "* ]]; then
+    printf '\n==> Counter cost\n'
+    cargo build --release -q -p snowflake_id_core --example counter_cost
+    {
+        printf '\n## 5. Counting issued IDs: one shared counter against per-process slots\n\n'
+        printf 'Threads taking IDs from one shared generator word, as backends do (`core/examples/counter_cost.rs`).\n\n'
+        target/release/examples/counter_cost
+    } | tee -a bench/results/results.md
+fi
