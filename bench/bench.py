@@ -11,7 +11,6 @@ ratios between results of this one run, never absolute thresholds.
 import argparse
 import contextlib
 import datetime
-import glob
 import json
 import os
 import platform
@@ -68,12 +67,6 @@ SF, SEQ, IDENT, UUID4, RANDOM = (
 
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
-
-
-def percentile(sorted_xs, p):
-    if not sorted_xs:
-        return float("nan")
-    return sorted_xs[min(len(sorted_xs) - 1, int(p * len(sorted_xs)))]
 
 
 class Bench:
@@ -138,7 +131,8 @@ class Bench:
 
     # Case 2 --------------------------------------------------------------
     def pgbench(self, script, clients, seconds=None, transactions=None):
-        """Runs one pgbench; returns (transactions per second, sorted latencies in ms)."""
+        """Runs one pgbench; returns (transactions per second, None). Its
+        per-transaction latencies are not used: see bench/latency.c."""
         tmp = tempfile.mkdtemp(prefix="snowflake_id-pgbench-")
         try:
             path = os.path.join(tmp, "script.sql")
@@ -147,26 +141,32 @@ class Bench:
             cmd = [
                 f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-h", self.srv.dir, "-p", str(self.srv.port),
                 "-U", "postgres", "-c", str(clients), "-j", str(clients), "-f", path,
-                "-l", "--log-prefix", os.path.join(tmp, "log"),
             ]  # fmt: skip
             cmd += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
             r = subprocess.run([*cmd, "postgres"], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"pgbench failed:\n{r.stdout}\n{r.stderr}")
-            tps = float(re.search(r"tps = ([\d.]+)", r.stdout).group(1))
-            lat = []
-            for log in glob.glob(os.path.join(tmp, "log.*")):
-                with open(log) as f:
-                    lat.extend(int(line.split()[2]) / 1000 for line in f)
-            return tps, sorted(lat)
+            return float(re.search(r"tps = ([\d.]+)", r.stdout).group(1)), None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def latency_client(self, sql, clients, seconds):
+        """One ID per statement, timed per statement by bench/latency.c."""
+        r = subprocess.run(
+            [self.args.latency_bin, self.srv.dir, str(self.srv.port), str(clients), str(seconds), sql],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"latency client failed:\n{r.stderr}")
+        rate, p50, p99, p999 = map(float, r.stdout.split())
+        return {"ids_per_s": rate, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999}
 
     def concurrency(self):
         per_txn = self.args.bulk_per_txn
         modes = {
             "bulk": lambda c: f"SELECT count({c.call}) FROM generate_series(1, {per_txn});",
-            "single": lambda c: f"SELECT {c.call};",
+            "single": lambda c: f"SELECT {c.call}",
         }
         raw = {m: {c.name: {n: [] for n in self.args.clients} for c in COMPETITORS} for m in modes}
         for rep, order in self.rounds(self.args.pgbench_reps):
@@ -174,16 +174,12 @@ class Bench:
                 for mode, script in modes.items():
                     for n in self.args.clients:
                         with self.snowflake_measured(f"concurrency {mode} {n} clients", c):
-                            tps, lat = self.pgbench(script(c), n, seconds=self.args.pgbench_seconds)
-                        ids = tps * (per_txn if mode == "bulk" else 1)
-                        raw[mode][c.name][n].append(
-                            {
-                                "ids_per_s": ids,
-                                "p50_ms": percentile(lat, 0.50),
-                                "p99_ms": percentile(lat, 0.99),
-                                "p999_ms": percentile(lat, 0.999),
-                            }
-                        )
+                            if mode == "bulk":
+                                tps, _ = self.pgbench(script(c), n, seconds=self.args.pgbench_seconds)
+                                run = {"ids_per_s": tps * per_txn}
+                            else:
+                                run = self.latency_client(script(c), n, self.args.pgbench_seconds)
+                        raw[mode][c.name][n].append(run)
             print(f"  concurrency: round {rep + 1}/{self.args.pgbench_reps} done", flush=True)
         out = {}
         for mode in modes:
@@ -313,7 +309,11 @@ def markdown(r):
         f"Run {m['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB, Linux {m['kernel']}, "
         f"PostgreSQL {m['postgres']}, commit {m['commit']}. Server: {m['settings']}. "
         f"Medians of {r['args']['reps']} rounds (per call, batch), {r['args']['pgbench_reps']} (pgbench), "
-        f"{r['args']['fill_reps']} (fill). Reproduce: `bench/run.sh`.",
+        f"{r['args']['fill_reps']} (fill). Reproduce: `bench/run.sh`."
+        + "".join(
+            f" Re-run on {p['date']} with `--only {' '.join(p['cases'])}`: {', '.join(p['cases'])}."
+            for p in r.get("partial_runs", [])
+        ),
         "",
         "## Targets",
         "",
@@ -341,7 +341,7 @@ def markdown(r):
         )
     for mode, title in (
         ("bulk", f"## 2a. Concurrency, bulk: each transaction makes {r['args']['bulk_per_txn']} IDs server-side (pgbench)"),
-        ("single", "## 2b. Concurrency, one ID per statement (pgbench)"),
+        ("single", "## 2b. Concurrency, one ID per statement (`bench/latency.c`, each statement timed)"),
     ):
         clients = list(conc[mode][SF])
         lines += ["", title, "", "| Generator | " + " | ".join(f"{n} clients" for n in clients) + " |"]
@@ -390,7 +390,9 @@ def plots(r, out_dir):
     import matplotlib.pyplot as plt
 
     names = [c.name for c in COMPETITORS]
-    colors = ["tab:red" if n == SF else "tab:gray" if n == RANDOM else "tab:blue" for n in names]
+    # snowflake_id in red, the random() floor in gray, the others in colours without red.
+    others = iter(["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive"])
+    colors = ["tab:red" if n == SF else "tab:gray" if n == RANDOM else next(others) for n in names]
 
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.barh(names, [r["per_call"][n]["ns_per_id"] for n in names], color=colors)
@@ -409,7 +411,7 @@ def plots(r, out_dir):
         for n, color in zip(names, colors):
             series = r["concurrency"][mode][n]
             xs = [int(k) for k in series]
-            ax.plot(xs, [series[k][key] for k in series], marker="o", label=n, color=color if n == SF else None)
+            ax.plot(xs, [series[k][key] for k in series], marker="o", label=n, color=color, linewidth=2.5 if n == SF else 1)
         ax.set_xlabel("pgbench clients")
         ax.set_xticks(xs)
         ax.set_title(label)
@@ -461,8 +463,26 @@ def main():
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 10, 100, 1000, 10_000, 100_000, MILLION])
     p.add_argument("--batch-ids", type=int, default=2 * MILLION, help="IDs per batch-case measurement")
     p.add_argument("--batch-statements", type=int, default=20_000, help="most statements per batch measurement")
-    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch"])
+    p.add_argument("--replot", action="store_true", help="only redraw the plots from results.json")
+    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch"],
+                   help="run these cases and merge them into the existing results")
+    p.add_argument("--latency-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-latency"),
+                   help="where bench/latency.c is compiled to")
     args = p.parse_args()
+
+    if args.replot:
+        with open(os.path.join(args.out, "results.json")) as f:
+            plots(json.load(f), args.out)
+        return
+
+    build = subprocess.run(
+        ["gcc", "-O2", "-o", args.latency_bin, os.path.join(HERE, "latency.c"),
+         "-I" + subprocess.check_output([f"{PG_BIN}/pg_config", "--includedir"], text=True).strip(),
+         "-lpq", "-lpthread"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if build.returncode != 0:
+        raise SystemExit(f"cannot build bench/latency.c:\n{build.stderr}")
 
     srv = Server("bench")
     srv.start()
@@ -490,9 +510,24 @@ def main():
         srv.destroy()
 
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    path = os.path.join(args.out, "results.json")
+    if args.only and os.path.exists(path):
+        # A partial run replaces its cases in the last full results.
+        with open(path) as f:
+            merged = json.load(f)
+        merged["throttled"] = [
+            t for t in merged.get("throttled", []) if not t.replace(" ", "_").startswith(tuple(cases))
+        ]
+        merged["throttled"] += result["throttled"]
+        for case in cases:
+            merged[case] = result[case]
+        merged["machine"] = result["machine"]
+        merged["args"] = {**merged.get("args", {}), **{k: v for k, v in vars(args).items() if k != "only"}}
+        merged["partial_runs"] = merged.get("partial_runs", []) + [{"cases": cases, "date": result["machine"]["date"]}]
+        result = merged
+    with open(path, "w") as f:
         json.dump(result, f, indent=1, default=str)
-    if set(cases) == {"per_call", "concurrency", "fill", "batch"}:
+    if all(case in result for case in ("per_call", "concurrency", "fill", "batch")):
         text = markdown(json.loads(json.dumps(result, default=str)))
         with open(os.path.join(args.out, "results.md"), "w") as f:
             f.write(text)

@@ -18,7 +18,7 @@ fi
 
 packages=(
     build-essential pkg-config clang libclang-dev libssl-dev ca-certificates curl git
-    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR"
+    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libpq-dev
     sudo faketime libfaketime
     python3 python3-psycopg2 python3-pytest python3-matplotlib
 )
