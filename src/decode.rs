@@ -15,8 +15,9 @@ use std::cell::RefCell;
 
 /// A layout argument, parsed once per distinct text in a row of calls.
 fn layout_arg(text: &str) -> Layout {
-    static LAST: ProcessLocal<RefCell<Option<(String, Result<Layout, Failure>)>>> =
-        ProcessLocal(RefCell::new(None));
+    /// The last layout text seen, and what it parsed to.
+    type Parsed = Option<(String, Result<Layout, Failure>)>;
+    static LAST: ProcessLocal<RefCell<Parsed>> = ProcessLocal(RefCell::new(None));
     let parsed = {
         let mut last = LAST.0.borrow_mut();
         if last.as_ref().is_none_or(|(t, _)| t != text) {
@@ -127,6 +128,7 @@ fn snowflake_from_timestamp_in(ts: TimestampWithTimeZone, layout: &str) -> i64 {
 }
 
 /// Every named layout with its epoch and field widths.
+#[allow(clippy::type_complexity)] // the column list is the SQL signature
 #[pg_extern(immutable, parallel_safe)]
 fn snowflake_layouts() -> TableIterator<
     'static,

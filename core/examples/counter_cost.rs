@@ -62,7 +62,11 @@ fn run(threads: usize, counting: Counting) -> f64 {
         }
     });
     let elapsed = started.lock().unwrap().expect("threads ran").elapsed();
-    let counted: u64 = total.0.load(Ordering::Relaxed) + slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum::<u64>();
+    let counted: u64 = total.0.load(Ordering::Relaxed)
+        + slots
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum::<u64>();
     assert!(counting == Counting::None || counted == IDS_PER_THREAD * threads as u64);
     elapsed.as_nanos() as f64 / (IDS_PER_THREAD * threads as u64) as f64
 }
@@ -79,7 +83,10 @@ fn main() {
         let mut ns = [vec![], vec![], vec![]];
         // Interleaved rounds, so drift on a noisy machine touches all three alike.
         for _ in 0..ROUNDS {
-            for (i, c) in [Counting::None, Counting::SharedAtomic, Counting::OwnSlot].into_iter().enumerate() {
+            for (i, c) in [Counting::None, Counting::SharedAtomic, Counting::OwnSlot]
+                .into_iter()
+                .enumerate()
+            {
                 ns[i].push(run(threads, c));
             }
         }

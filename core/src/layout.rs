@@ -165,7 +165,7 @@ impl Spec {
             .iter()
             .find(|l| l.name.is_some_and(|n| n.eq_ignore_ascii_case(t)))
         {
-            return Ok(Spec::Named(l.clone()));
+            return Ok(Spec::Named(*l));
         }
         if !t.contains('=') {
             return Err(invalid(format!("unknown layout '{t}'")).hint(format!(
@@ -355,7 +355,7 @@ impl Layout {
     /// The same layout under another epoch, keeping the name only if the
     /// epoch is the name's own.
     pub fn with_epoch(&self, epoch_ms: UnixMs) -> Layout {
-        let mut l = self.clone();
+        let mut l = *self;
         if epoch_ms != self.epoch_ms {
             l.name = None;
         }
@@ -767,7 +767,7 @@ mod tests {
 
     fn any_layout() -> impl Strategy<Value = Layout> {
         prop_oneof![
-            (0..NAMED.len()).prop_map(|i| NAMED[i].clone()),
+            (0..NAMED.len()).prop_map(|i| NAMED[i]),
             (1u32..=40, 0u32..=11, 0u32..=11, 1u64..=1000, any::<bool>()).prop_map(
                 |(t, w, s, u, o)| {
                     CustomSpec {
