@@ -2,7 +2,8 @@
 # Sets up this machine (scripts/setup.sh) and runs every test:
 #   1. the pure-Rust core: unit and property tests (cargo test)
 #   2. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
-#   3. against real servers started for the purpose: pg_regress files,
+#   3. that sql/ holds the install script the code generates
+#   4. against real servers started for the purpose: pg_regress files,
 #      concurrency, crashes (kill -9), restarts, clock steps (libfaketime),
 #      bulk throttling, settings (pytest, tests/*.py)
 # Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
@@ -32,6 +33,14 @@ cargo test -p snowflake_id_core
 
 step "Extension: #[pg_test] tests in a real PostgreSQL"
 cargo pgrx test pg15 --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
+
+step "sql/: the committed install script matches what the code generates"
+cargo pgrx schema pg15 -o "$SNOWFLAKE_TEST_DIR/schema.sql"
+# pgrx orders the items by a dependency walk that is not stable: compare lines.
+if ! diff <(sort sql/snowflake_id--0.1.0.sql) <(sort "$SNOWFLAKE_TEST_DIR/schema.sql"); then
+    echo "sql/snowflake_id--0.1.0.sql is stale: run cargo pgrx schema pg15 -o sql/snowflake_id--0.1.0.sql" >&2
+    exit 1
+fi
 
 step "Installing the extension into the system PostgreSQL"
 cargo pgrx install --pg-config "$PG_CONFIG"
