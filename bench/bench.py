@@ -130,8 +130,8 @@ class Bench:
         return out
 
     # Case 2 --------------------------------------------------------------
-    def pgbench(self, script, clients, seconds=None, transactions=None):
-        """Runs one pgbench; returns (transactions per second, None). Its
+    def pgbench(self, script, clients, seconds):
+        """Runs one pgbench; returns transactions per second. Its
         per-transaction latencies are not used: see bench/latency.c."""
         tmp = tempfile.mkdtemp(prefix="snowflake_id-pgbench-")
         try:
@@ -140,13 +140,12 @@ class Bench:
                 f.write(script + "\n")
             cmd = [
                 f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-h", self.srv.dir, "-p", str(self.srv.port),
-                "-U", "postgres", "-c", str(clients), "-j", str(clients), "-f", path,
+                "-U", "postgres", "-c", str(clients), "-j", str(clients), "-f", path, "-T", str(seconds), "postgres",
             ]  # fmt: skip
-            cmd += ["-T", str(seconds)] if seconds else ["-t", str(transactions)]
-            r = subprocess.run([*cmd, "postgres"], capture_output=True, text=True)
+            r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"pgbench failed:\n{r.stdout}\n{r.stderr}")
-            return float(re.search(r"tps = ([\d.]+)", r.stdout).group(1)), None
+            return float(re.search(r"tps = ([\d.]+)", r.stdout).group(1))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -175,7 +174,7 @@ class Bench:
                     for n in self.args.clients:
                         with self.snowflake_measured(f"concurrency {mode} {n} clients", c):
                             if mode == "bulk":
-                                tps, _ = self.pgbench(script(c), n, seconds=self.args.pgbench_seconds)
+                                tps = self.pgbench(script(c), n, self.args.pgbench_seconds)
                                 run = {"ids_per_s": tps * per_txn}
                             else:
                                 run = self.latency_client(script(c), n, self.args.pgbench_seconds)

@@ -115,7 +115,7 @@ fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
         raise(f)
     };
     let cfg = settings::config().unwrap_or_else(|f| counted(f));
-    if now >= cfg.warn_from_ms && !END_WARNED.0.get() {
+    if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);
     }
     let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
@@ -139,6 +139,13 @@ fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
 
 /// Whether this session was told that the layout is about to run out.
 static END_WARNED: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+/// Whether this session is yet to be told that the layout runs out soon;
+/// two loads, so the fast path can afford to ask.
+#[inline]
+fn end_warning_due(cfg: &Config, now: i64) -> bool {
+    now >= cfg.warn_from_ms && !END_WARNED.0.get()
+}
 
 /// Tells the session (and the server log), once, that the layout is about
 /// to run out.
@@ -192,7 +199,7 @@ fn snowflake_nextval() -> i64 {
     let quick = || {
         let st = shmem::state()?;
         let cfg = settings::config().ok()?;
-        if now >= cfg.warn_from_ms && !END_WARNED.0.get() {
+        if end_warning_due(cfg, now) {
             return None;
         }
         let lim = settings::cached_policy()?.limits();
