@@ -1,18 +1,25 @@
-//! The durable high-water mark in the data directory: read once when shared
-//! memory starts, moved ahead by the background writer (or, rarely, by a
-//! caller that got ahead of it), and re-established by
-//! `snowflake_adopt_settings()`.
+//! The durable high-water mark: read from the state file when shared memory
+//! starts, raised by every mark record replayed from WAL, moved ahead by the
+//! background writer (or, rarely, by a caller that got ahead of it), and
+//! re-established by `snowflake_adopt_settings()` and
+//! `snowflake_resume_above()`.
+//!
+//! Every move of the mark is WAL-logged and flushed, then written to the
+//! state file, then (where a synchronous standby is configured) confirmed by
+//! the standby, and only then published to callers.
 
 use crate::clock::now_ms;
 use crate::settings;
-use crate::shmem::State;
+use crate::shmem::{MarkSource, Refusal, State, RECOVERY_FILES};
+use crate::wal;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
+use snowflake_id_core::layout::Layout;
 use snowflake_id_core::mark::{Identity, MarkFile, Record, Stored};
-use snowflake_id_core::resume::{self, Resume};
-use snowflake_id_core::timefmt::format_instant;
+use snowflake_id_core::resume::{self, Origin, Resume};
+use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{Class, Failure};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
@@ -36,11 +43,50 @@ fn io_failure(what: &str, e: std::io::Error) -> Failure {
         .hint("Check the data directory's disk space and permissions; no ID is issued until the state can be written.")
 }
 
+/// What the state file holds, decided against the settings.
+fn decide(cfg: &Config) -> Resume {
+    let file = mark_file();
+    match file.read() {
+        Ok(stored) => resume::decide(
+            &stored,
+            &cfg.layout,
+            cfg.worker_id,
+            &file.path().to_string_lossy(),
+        ),
+        Err(e) => Resume::Refused(io_failure("read", e)),
+    }
+}
+
+/// Notes `rec` as the newest mark known, learnt from `source`.
+fn note_mark(st: &State, rec: &Record, source: MarkSource) {
+    st.mark_generation.store(rec.generation, Ordering::Relaxed);
+    st.mark_tick.store(rec.mark_tick, Ordering::Relaxed);
+    st.mark_written_at_ms
+        .store(rec.written_at_ms, Ordering::Relaxed);
+    st.mark_system_id.store(rec.system_id, Ordering::Relaxed);
+    st.mark_timeline.store(rec.timeline, Ordering::Relaxed);
+    st.mark_source.store(source as u8, Ordering::Relaxed);
+}
+
+fn refuse(st: &State, why: Refusal) {
+    st.refusal.store(why as u8, Ordering::Relaxed);
+    st.refused.store(true, Ordering::Release);
+}
+
 /// Sets up the generator from the state file. Runs where shared memory is
 /// created: in the postmaster at start and after a crash of any backend.
 pub fn resume(st: &State) {
     let mut refusal = REFUSAL.lock().unwrap_or_else(|e| e.into_inner());
     *refusal = None;
+    // Read before the startup process renames backup_label or removes the
+    // signal files: they are how a copy of another server's data shows.
+    let dir = data_dir();
+    let files = RECOVERY_FILES
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| dir.join(f).exists())
+        .fold(0u8, |bits, (i, _)| bits | 1 << i);
+    st.recovery_files.store(files, Ordering::Relaxed);
     let Ok(cfg) = settings::config() else {
         // Settings problems are raised on use and were logged when they were read.
         if let Err(f) = settings::config() {
@@ -51,27 +97,12 @@ pub fn resume(st: &State) {
         }
         return;
     };
-    let file = mark_file();
-    let decision = match file.read() {
-        Ok(stored) => resume::decide(
-            &stored,
-            &cfg.layout,
-            cfg.worker_id,
-            &file.path().to_string_lossy(),
-        ),
-        Err(e) => Resume::Refused(io_failure("read", e)),
-    };
     let s = cfg.layout.sequence_bits();
-    match decision {
+    match decide(cfg) {
         Resume::Fresh => st.gen.reset(None, s),
-        Resume::Continue {
-            mark,
-            generation,
-            worker_was,
-        } => {
-            st.gen.reset(Some(mark), s);
-            st.mark_generation.store(generation, Ordering::Relaxed);
-            st.mark_tick.store(mark, Ordering::Relaxed);
+        Resume::Continue { rec, worker_was } => {
+            st.gen.reset(Some(rec.mark_tick), s);
+            note_mark(st, &rec, MarkSource::StateFile);
             if let Some(was) = worker_was {
                 log!("snowflake_id: worker id changed from {was} to {}; new IDs continue above every ID issued before", cfg.worker_id);
             }
@@ -79,9 +110,64 @@ pub fn resume(st: &State) {
         Resume::Refused(f) => {
             crate::errors::log(f.clone(), PgLogLevel::WARNING);
             st.gen.reset(None, s);
-            st.refused.store(true, Ordering::Release);
+            refuse(st, Refusal::AtStart);
             *refusal = Some(f);
         }
+    }
+}
+
+/// Redo of a mark record (startup process: crash recovery, a standby,
+/// archive recovery). Persists the mark to the state file, since no
+/// checkpoint callback will, then raises the generator above it. Raises
+/// nothing: an ERROR here would stop the server.
+pub fn replay(rec: &Record) {
+    let Some(st) = crate::shmem::state() else {
+        return;
+    };
+    st.counters.marks_replayed.fetch_add(1, Ordering::Relaxed);
+    st.with_lock(|| {
+        let known = st.mark_tick.load(Ordering::Relaxed);
+        let same_origin = st.mark_system_id.load(Ordering::Relaxed) == rec.system_id
+            && st.mark_timeline.load(Ordering::Relaxed) == rec.timeline;
+        if known != crate::shmem::NO_MARK && rec.mark_tick <= known && same_origin {
+            return; // nothing new (a mark logged again after a checkpoint)
+        }
+        let stored = Record {
+            generation: st.mark_generation.load(Ordering::Relaxed) + 1,
+            ..*rec
+        };
+        if let Err(e) = mark_file().write(&stored) {
+            // Kept in shared memory all the same; only a restart before the
+            // next readable mark could forget it.
+            crate::errors::log(io_failure("write", e), PgLogLevel::WARNING);
+        }
+        note_mark(st, &stored, MarkSource::WalReplay);
+        match settings::config() {
+            Ok(cfg) if Identity::of(&cfg.layout) == rec.identity => {
+                st.gen
+                    .raise_floor(rec.mark_tick, cfg.layout.sequence_bits());
+            }
+            // Under other settings the mark's ticks mean other IDs: refuse as
+            // a restart would, with the same way out (adopt settings).
+            Ok(_) => refuse(st, Refusal::ReplayedOtherSettings),
+            Err(_) => {}
+        }
+    });
+}
+
+/// Redo of a mark record that cannot be read: generation is refused, since
+/// the mark it held is unknown.
+pub fn replay_unreadable(why: &str) {
+    crate::errors::log(
+        Failure::new(
+            Class::Corrupted,
+            format!("snowflake_id: a durable mark record in WAL cannot be read: {why}"),
+        )
+        .detail("Generation is refused on this server until the mark is re-established."),
+        PgLogLevel::WARNING,
+    );
+    if let Some(st) = crate::shmem::state() {
+        refuse(st, Refusal::UnreadableRecord);
     }
 }
 
@@ -90,27 +176,82 @@ fn refused(st: &State) -> Option<Failure> {
     if !st.refused.load(Ordering::Acquire) {
         return None;
     }
-    let stored = REFUSAL.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Some(
-        stored
-            .unwrap_or_else(|| Failure::new(Class::NotReady, "snowflake_id generation is refused")),
-    )
+    let f = match st.refusal.load(Ordering::Relaxed) {
+        r if r == Refusal::ReplayedOtherSettings as u8 => settings::config()
+            .ok()
+            .and_then(|cfg| match decide(cfg) {
+                Resume::Refused(f) => Some(f),
+                _ => None,
+            }),
+        r if r == Refusal::UnreadableRecord as u8 => Some(
+            Failure::new(Class::Corrupted, "a durable mark record in this server's WAL could not be read")
+                .detail("Without it, IDs the original server issued could be issued again.")
+                .hint("If the system clock is certainly later than every ID issued, run SELECT snowflake_adopt_settings(); as a superuser; or raise the floor above the data with snowflake_resume_above()."),
+        ),
+        _ => REFUSAL.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+    };
+    Some(f.unwrap_or_else(|| Failure::new(Class::NotReady, "snowflake_id generation is refused")))
+}
+
+/// Whether this server is in recovery (a standby, or not yet promoted).
+pub fn in_recovery() -> bool {
+    // SAFETY: plain read of shared recovery state.
+    unsafe { pg_sys::RecoveryInProgress() }
+}
+
+/// The error for generation asked of a server in recovery.
+pub fn read_only() -> Failure {
+    Failure::new(Class::ReadOnly, "cannot issue snowflake IDs during recovery")
+        .detail("A standby replays its primary's durable mark; it issues IDs only once promoted, and then above that mark.")
+        .hint("Issue IDs on the primary.")
 }
 
 /// Checks that this server may issue IDs at all (not a standby, not refused).
 pub fn may_issue(st: &State) -> Result<(), Failure> {
-    // SAFETY: plain read of shared recovery state.
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        return Err(Failure::new(
-            Class::ReadOnly,
-            "cannot issue snowflake IDs during recovery",
-        )
-        .detail(
-            "A standby shares its primary's worker id; IDs it issued could repeat the primary's.",
-        )
-        .hint("Issue IDs on the primary."));
+    if in_recovery() {
+        return Err(read_only());
     }
     refused(st).map_or(Ok(()), Err)
+}
+
+/// Runs once per server start, before the first mark is written: if the
+/// data is a copy of another server's, puts the generator above what the
+/// copy may hold and says so in the log. Call holding the state's lock,
+/// after recovery.
+fn settle(st: &State, cfg: &Config, lim: &Limits) {
+    if st.settled.load(Ordering::Acquire) {
+        return;
+    }
+    let (system_id, timeline) = wal::origin();
+    let bits = st.recovery_files.load(Ordering::Relaxed);
+    let files: Vec<&str> = RECOVERY_FILES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, f)| *f)
+        .collect();
+    let has_mark = st.mark_tick.load(Ordering::Relaxed) != crate::shmem::NO_MARK;
+    let origin = Origin {
+        system_id,
+        timeline,
+        recovery_files: &files,
+        mark: has_mark.then(|| {
+            (
+                st.mark_system_id.load(Ordering::Relaxed),
+                st.mark_timeline.load(Ordering::Relaxed),
+            )
+        }),
+        replayed_marks: st.counters.marks_replayed.load(Ordering::Relaxed),
+        latest_xtime_ms: wal::latest_replayed_commit_ms(),
+    };
+    let settled = resume::settle(&cfg.layout, lim.lead_ticks, &origin);
+    if let Some(floor) = settled.floor_tick {
+        st.gen.raise_floor(floor, lim.sequence_bits);
+    }
+    if let Some(note) = settled.note {
+        log!("snowflake_id: {note}");
+    }
+    st.settled.store(true, Ordering::Release);
 }
 
 /// Who moves the mark.
@@ -118,11 +259,22 @@ pub fn may_issue(st: &State) -> Result<(), Failure> {
 pub enum Trigger {
     /// A caller needs ticks through this one covered before it may return.
     Caller { through_tick: u64 },
-    /// The background writer, keeping ahead of callers.
-    Background,
+    /// The background writer, keeping ahead of callers. `active`: IDs were
+    /// issued since it last looked. `relog`: the latest checkpoint began
+    /// after the last mark this server logged, so recovery from it would
+    /// not replay the mark: log it again.
+    Background { active: bool, relog: bool },
 }
 
-/// Moves the durable mark ahead: writes and syncs it, then publishes it.
+/// A mark written to WAL and the state file, not yet published.
+#[derive(Clone, Copy)]
+struct Written {
+    mark: u64,
+    lsn: Option<u64>,
+}
+
+/// Moves the durable mark ahead: writes it, waits for a synchronous standby
+/// where one is configured, then publishes it.
 pub fn extend(
     st: &State,
     cfg: &Config,
@@ -132,74 +284,122 @@ pub fn extend(
 ) -> Result<(), Failure> {
     may_issue(st)?;
     let reservation = Reservation::for_layout(&cfg.layout);
-    st.with_lock(|| {
+    let pending = st.with_lock(|| {
+        settle(st, cfg, lim);
+        let written_here =
+            MarkSource::of(st.mark_source.load(Ordering::Relaxed)) == MarkSource::WrittenHere;
         let through_tick = match trigger {
             Trigger::Caller { through_tick } if st.gen.durable_end() > through_tick => {
-                return Ok(())
+                return Ok(None)
+            }
+            // Written already and waiting for the standby: wait for it too.
+            Trigger::Caller { through_tick }
+                if written_here && st.mark_tick.load(Ordering::Relaxed) >= through_tick =>
+            {
+                return Ok(Some(Written {
+                    mark: st.mark_tick.load(Ordering::Relaxed),
+                    lsn: Some(st.logged_lsn.load(Ordering::Relaxed)).filter(|l| *l != 0),
+                }));
             }
             Trigger::Caller { through_tick } => through_tick,
             // The first mark is written by the first caller: a state file means
             // "IDs were issued under these settings", so none is written before.
-            Trigger::Background if st.mark_generation.load(Ordering::Relaxed) == 0 => return Ok(()),
-            Trigger::Background if !reservation.due(&st.gen, lim, now_tick) => return Ok(()),
-            Trigger::Background => 0,
+            Trigger::Background { .. } if st.mark_generation.load(Ordering::Relaxed) == 0 => {
+                return Ok(None)
+            }
+            Trigger::Background { active, relog } => {
+                if !relog && !reservation.due(&st.gen, lim, now_tick, active) {
+                    return Ok(None);
+                }
+                0
+            }
         };
         let mark = reservation.target(&st.gen, lim, now_tick, through_tick);
-        write(st, cfg, mark)?;
+        let w = write(st, cfg, mark)?;
         let counter = match trigger {
             Trigger::Caller { .. } => &st.counters.caller_writes,
-            Trigger::Background => &st.counters.background_writes,
+            Trigger::Background { .. } => &st.counters.background_writes,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    })
+        Ok(Some(w))
+    })?;
+    match pending {
+        Some(w) => publish(st, w),
+        None => Ok(()),
+    }
 }
 
-/// Writes `mark` durably and publishes it. Call holding the state's lock.
-fn write(st: &State, cfg: &Config, mark: u64) -> Result<(), Failure> {
-    let generation = st.mark_generation.load(Ordering::Relaxed) + 1;
-    let written_at_ms = now_ms();
+/// Writes `mark` to WAL (flushed) and to the state file. Call holding the
+/// state's lock; publish the result with [`publish`] after releasing it.
+fn write(st: &State, cfg: &Config, mark: u64) -> Result<Written, Failure> {
+    let (system_id, timeline) = wal::origin();
     let rec = Record {
-        generation,
+        generation: st.mark_generation.load(Ordering::Relaxed) + 1,
         identity: Identity::of(&cfg.layout),
         worker_id: cfg.worker_id,
         mark_tick: mark,
-        written_at_ms,
+        written_at_ms: now_ms(),
+        system_id,
+        timeline,
     };
+    let lsn = wal::log_mark(&rec);
     mark_file()
         .write(&rec)
         .map_err(|e| io_failure("write", e))?;
-    st.mark_generation.store(generation, Ordering::Relaxed);
-    st.mark_tick.store(mark, Ordering::Relaxed);
-    st.mark_written_at_ms
-        .store(written_at_ms, Ordering::Relaxed);
-    st.gen.publish_durable(mark);
+    note_mark(st, &rec, MarkSource::WrittenHere);
+    if let Some(lsn) = lsn {
+        st.logged_lsn.store(lsn, Ordering::Relaxed);
+    }
+    Ok(Written { mark, lsn })
+}
+
+/// Publishes a written mark once a synchronous standby (if any) has it.
+/// Outside the lock: the wait can be long, and must stay cancellable.
+fn publish(st: &State, w: Written) -> Result<(), Failure> {
+    if let Some(us) = wal::confirm(w.lsn)? {
+        st.counters.standby_waits.fetch_add(1, Ordering::Relaxed);
+        st.counters.standby_wait_us.fetch_add(us, Ordering::Relaxed);
+    }
+    st.gen.publish_durable(w.mark);
+    Ok(())
+}
+
+/// Whether the background writer should log the mark again: the newest
+/// checkpoint's redo starts after the last mark this server logged.
+pub fn relog_due(st: &State) -> bool {
+    wal::enabled()
+        && st.mark_generation.load(Ordering::Relaxed) != 0
+        && st.logged_lsn.load(Ordering::Relaxed) < wal::redo_start()
+}
+
+fn require_superuser(function: &str) -> Result<(), Failure> {
+    // SAFETY: plain reads of the session's role and recovery state.
+    if !unsafe { pg_sys::superuser() } {
+        return Err(Failure::new(
+            Class::Privilege,
+            format!("only a superuser may run {function}"),
+        ));
+    }
+    if in_recovery() {
+        return Err(read_only());
+    }
     Ok(())
 }
 
 /// Re-establishes the durable state under the current settings, so that new
 /// IDs continue numerically above every ID the old state could cover.
 pub fn adopt(st: &State, cfg: &Config, lim: &Limits) -> Result<String, Failure> {
-    // SAFETY: plain reads of the session's role and recovery state.
-    if !unsafe { pg_sys::superuser() } {
-        return Err(Failure::new(
-            Class::Privilege,
-            "only a superuser may run snowflake_adopt_settings()",
-        ));
-    }
-    if unsafe { pg_sys::RecoveryInProgress() } {
-        return Err(Failure::new(
-            Class::ReadOnly,
-            "cannot adopt settings during recovery",
-        ));
-    }
-    st.with_lock(|| {
+    require_superuser("snowflake_adopt_settings()")?;
+    let (w, text) = st.with_lock(|| {
         // Only a refused state is replaced: a running generator is never moved back.
         if !st.refused.load(Ordering::Acquire) {
-            return Ok(format!(
-                "nothing to adopt: IDs are already issued under {} with worker id {}",
-                Identity::of(&cfg.layout).describe(),
-                cfg.worker_id
+            return Ok((
+                None,
+                format!(
+                    "nothing to adopt: IDs are already issued under {} with worker id {}",
+                    Identity::of(&cfg.layout).describe(),
+                    cfg.worker_id
+                ),
             ));
         }
         let file = mark_file();
@@ -218,9 +418,10 @@ pub fn adopt(st: &State, cfg: &Config, lim: &Limits) -> Result<String, Failure> 
         st.gen.reset(floor, cfg.layout.sequence_bits());
         st.mark_generation
             .store(old.map_or(0, |r| r.generation), Ordering::Relaxed);
+        settle(st, cfg, lim);
         let reservation = Reservation::for_layout(&cfg.layout);
         let mark = reservation.target(&st.gen, lim, now_tick, floor.unwrap_or(0));
-        write(st, cfg, mark)?;
+        let w = write(st, cfg, mark)?;
         st.refused.store(false, Ordering::Release);
         let from = match old {
             Some(r) => format!("{} (worker id {})", r.identity.describe(), r.worker_id),
@@ -229,11 +430,62 @@ pub fn adopt(st: &State, cfg: &Config, lim: &Limits) -> Result<String, Failure> 
         let first = cfg
             .layout
             .tick_start_ms(floor.map_or(now_tick, |f| (f + 1).max(now_tick)));
-        Ok(format!(
+        Ok((
+            Some(w),
+            format!(
             "adopted {} with worker id {} (from {from}); the next ID carries a time of {} or later",
             Identity::of(&cfg.layout).describe(),
             cfg.worker_id,
             format_instant(first)
+        ),
         ))
-    })
+    })?;
+    if let Some(w) = w {
+        publish(st, w)?;
+    }
+    Ok(text)
+}
+
+/// Puts every later ID of this server above `id` (an ID of this server's
+/// layout, from any worker), durably: for data that arrived without the
+/// mark (pg_upgrade, a logical dump restored into a server that keeps the
+/// worker id).
+pub fn resume_above(st: &State, cfg: &Config, lim: &Limits, id: i64) -> Result<String, Failure> {
+    require_superuser("snowflake_resume_above()")?;
+    if let Some(f) = refused(st) {
+        return Err(f);
+    }
+    let layout: &Layout = &cfg.layout;
+    let tick = layout.decode_tick(id)?;
+    if tick >= layout.last_tick() {
+        return Err(Failure::new(
+            Class::IdOutOfRange,
+            format!("{} has no tick left above the ID {id}", layout.title()),
+        )
+        .hint("Move this server to a layout with a later end; see \"Changing the layout\" in the README."));
+    }
+    let now = now_ms();
+    let now_tick = layout.tick_at_ms(now).unwrap_or(0);
+    let w = st.with_lock(|| {
+        settle(st, cfg, lim);
+        st.gen.raise_floor(tick, lim.sequence_bits);
+        let reservation = Reservation::for_layout(layout);
+        let mark = reservation.target(&st.gen, lim, now_tick, tick + 1);
+        write(st, cfg, mark)
+    })?;
+    publish(st, w)?;
+    let first_tick = (st.gen.next() >> lim.sequence_bits).max(now_tick);
+    let first_ms = layout.tick_start_ms(first_tick);
+    let ahead = first_ms - now;
+    let mut text = format!(
+        "every new ID is above {id}; the next carries a time of {} or later",
+        format_instant(first_ms)
+    );
+    if ahead > 0 {
+        text.push_str(&format!(
+            ", {} ahead of the clock (calls wait or fail while that is more than snowflake_id.max_lead)",
+            format_duration(ahead as u64)
+        ));
+    }
+    Ok(text)
 }

@@ -114,6 +114,10 @@ fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
         st.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
+    // First, whatever the clock or settings say: a standby never issues.
+    if durable::in_recovery() {
+        counted(durable::read_only());
+    }
     let cfg = settings::config().unwrap_or_else(|f| counted(f));
     if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);

@@ -19,6 +19,7 @@ mod reserver;
 mod settings;
 mod shmem;
 mod status;
+mod wal;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -27,6 +28,7 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         settings::define();
+        wal::register(settings::wal_rmgr_id());
         shmem::install();
         reserver::register();
     } else {
@@ -46,10 +48,24 @@ fn snowflake_adopt_settings() -> String {
     durable::adopt(st, cfg, &policy.limits()).or_raise()
 }
 
+/// Puts every later ID of this server above `id`, durably (WAL and state
+/// file): for data that arrived without the durable mark, such as a
+/// `pg_upgrade` or a logical dump restored into a server that keeps the
+/// worker id. Typically `SELECT snowflake_resume_above(max(id)) FROM t;`.
+/// Never moves generation back. Superuser only.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn snowflake_resume_above(id: i64) -> String {
+    use errors::OrRaise;
+    let st = generate::shared_state();
+    let cfg = settings::config().or_raise();
+    let policy = settings::policy(&cfg.layout).or_raise();
+    durable::resume_above(st, cfg, &policy.limits(), id).or_raise()
+}
+
 extension_sql!(
-    "REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;",
-    name = "adopt_settings_privileges",
-    requires = [snowflake_adopt_settings]
+    "REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;\nREVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;",
+    name = "superuser_only_privileges",
+    requires = [snowflake_adopt_settings, snowflake_resume_above]
 );
 
 #[cfg(any(test, feature = "pg_test"))]

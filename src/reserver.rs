@@ -1,18 +1,19 @@
 //! The background writer ("snowflake_id reserver"): keeps the durable mark a
-//! second or so ahead of the newest tick in use, so callers almost never
-//! wait for a disk write, and watches the system clock for backward steps.
+//! second or so ahead of the newest tick in use while IDs are being issued
+//! (and writes nothing while none are), logs the mark again after each
+//! checkpoint so that recovery from any checkpoint replays it, settles a
+//! promoted or restored server right after recovery, and watches the system
+//! clock for backward steps.
 
 use crate::clock::now_ms;
 use crate::durable::{self, Trigger};
 use crate::errors;
 use crate::settings;
 use crate::shmem;
-use pgrx::bgworkers::{
-    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
-};
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often the writer looks: a tenth of the one-second window.
@@ -64,20 +65,88 @@ impl StepWatch {
     }
 }
 
+// Postgres's reload handler as the C function it is: pgrx's bindings wrap
+// it into a Rust function, which cannot be handed to pqsignal.
+unsafe extern "C-unwind" {
+    fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
+}
+
+/// Set by SIGTERM (a shutdown, or an administrator's kill).
+static TERMINATE: AtomicBool = AtomicBool::new(false);
+
+/// SIGTERM: what Postgres's `die` does to end waits inside Postgres (a
+/// synchronous standby's, say), plus a flag of our own so the loop can
+/// exit quietly instead of with a FATAL at every shutdown.
+unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
+    // SAFETY: only async-signal-safe stores and SetLatch, errno preserved.
+    unsafe {
+        let saved = *libc::__errno_location();
+        TERMINATE.store(true, Ordering::Relaxed);
+        pg_sys::ProcDiePending = 1;
+        pg_sys::InterruptPending = 1;
+        pg_sys::SetLatch(pg_sys::MyLatch);
+        *libc::__errno_location() = saved;
+    }
+}
+
+/// Installs a Postgres signal handler (the function was renamed in 18).
+unsafe fn handle(signal: u32, handler: unsafe extern "C-unwind" fn(std::ffi::c_int)) {
+    unsafe {
+        #[cfg(not(feature = "pg18"))]
+        pg_sys::pqsignal(signal as i32, Some(handler));
+        #[cfg(feature = "pg18")]
+        pg_sys::pqsignal_be(signal as i32, Some(handler));
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_pid(_code: i32, _arg: pg_sys::Datum) {
+    if let Some(st) = shmem::state() {
+        st.reserver_pid.store(0, Ordering::Relaxed);
+    }
+}
+
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
-    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // SIGTERM ends the loop with exit status 1: the postmaster starts the
+    // worker again after a second, unless the server is shutting down.
+    // SAFETY: the documented start of a background worker.
+    unsafe {
+        handle(pg_sys::SIGTERM, on_sigterm);
+        handle(pg_sys::SIGHUP, SignalHandlerForConfigReload);
+        pg_sys::BackgroundWorkerUnblockSignals();
+        pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(0));
+    }
     let Some(st) = shmem::state() else { return };
     st.reserver_pid
         .store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
     let mut watch = StepWatch::new();
     let mut reported = false;
     let mut end_warned_at: Option<i64> = None;
-    while BackgroundWorker::wait_latch(Some(PERIOD)) {
-        if BackgroundWorker::sighup_received() {
-            // SAFETY: the documented way for a background worker to reload settings.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+    let mut seen_next = st.gen.next();
+    loop {
+        let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+        // SAFETY: waiting on this process's own latch.
+        unsafe {
+            pg_sys::WaitLatch(
+                pg_sys::MyLatch,
+                events as i32,
+                PERIOD.as_millis() as _,
+                pg_sys::PG_WAIT_EXTENSION,
+            );
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
+        if TERMINATE.load(Ordering::Relaxed) {
+            // SAFETY: the normal way out of a background worker.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        // SAFETY: the flag and reload of every Postgres auxiliary loop.
+        unsafe {
+            if pg_sys::ConfigReloadPending != 0 {
+                pg_sys::ConfigReloadPending = 0;
+                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+            }
         }
         let now = watch.check(st);
         let (Ok(cfg), true) = (settings::config(), durable::may_issue(st).is_ok()) else {
@@ -97,7 +166,13 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
         let Some(now_tick) = cfg.layout.tick_at_ms(now) else {
             continue;
         };
-        match durable::extend(st, cfg, &policy.limits(), now_tick, Trigger::Background) {
+        let next = st.gen.next();
+        let active = std::mem::replace(&mut seen_next, next) != next;
+        let trigger = Trigger::Background {
+            active,
+            relog: durable::relog_due(st),
+        };
+        match durable::extend(st, cfg, &policy.limits(), now_tick, trigger) {
             Ok(()) => reported = false,
             // Callers will meet the same error themselves; say it once here.
             Err(f) if !reported => {
@@ -107,5 +182,4 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
             Err(_) => {}
         }
     }
-    st.reserver_pid.store(0, Ordering::Relaxed);
 }

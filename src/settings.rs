@@ -30,6 +30,12 @@ static EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"2025-01-01 00:00:00+00"));
 static MAX_LEAD: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_LEAD_MS);
 static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
+static WAL_RMGR_ID: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_WAL_RMGR_ID);
+
+/// The custom WAL resource manager id marks are logged under. 128 is for
+/// development only; ids other extensions are known to use (129 OrioleDB,
+/// 137 pg_analytics, 140 pg_tde, 144 Spock, 150 credcheck) are avoided.
+pub const DEFAULT_WAL_RMGR_ID: i32 = 166;
 
 /// Ten seconds: absorbs NTP step corrections and bursts of ten seconds of
 /// the layout's capacity without a wait, while the time in an ID stays
@@ -112,6 +118,7 @@ pub fn read_without_defining() {
 pub fn define() {
     let raw_worker = placeholder(c"snowflake_id.worker_id");
     let epoch_set = placeholder(c"snowflake_id.epoch").is_some();
+    let raw_rmgr = placeholder(c"snowflake_id.wal_rmgr_id");
     let raw_policy = [
         placeholder(c"snowflake_id.max_lead"),
         placeholder(c"snowflake_id.max_wait"),
@@ -143,6 +150,33 @@ pub fn define() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"snowflake_id.wal_rmgr_id",
+        c"The custom WAL resource manager id of snowflake_id's durable mark records.",
+        c"Change it only if another extension uses the same id, on every server replaying this WAL at once, after a clean shutdown.",
+        &WAL_RMGR_ID,
+        128,
+        255,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    if let Some(Err(why)) = raw_rmgr
+        .as_deref()
+        .map(|t| parse_int_setting(t, 0, 128, 255))
+    {
+        // Replay needs the id before anything else runs: no later moment to
+        // report it, and no default to fall back on silently.
+        crate::errors::raise(
+            Failure::new(
+                Class::InvalidParameter,
+                format!(
+                    "snowflake_id.wal_rmgr_id = '{}' in the configuration is invalid: {why}",
+                    raw_rmgr.unwrap_or_default()
+                ),
+            )
+            .hint(format!("Remove it to use {DEFAULT_WAL_RMGR_ID}, or set a free custom resource manager id from 129 to 255.")),
+        );
+    }
     // SAFETY: the assign hooks are guarded and touch only this module's state.
     unsafe {
         GucRegistry::define_int_guc_with_hooks(
@@ -224,6 +258,11 @@ fn string_setting(s: &GucSetting<Option<CString>>) -> String {
     s.get()
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// The WAL resource manager id marks are logged under.
+pub fn wal_rmgr_id() -> u8 {
+    WAL_RMGR_ID.get().clamp(128, 255) as u8
 }
 
 /// The layout this server's IDs use: all decoding needs.

@@ -8,7 +8,9 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::generator::Shared;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
 
 /// Counters of events that are rare by nature (each at most once per tick,
 /// per wait, per write or per error), so a shared atomic costs nothing.
@@ -25,6 +27,12 @@ pub struct Counters {
     pub errors: AtomicU64,
     pub background_writes: AtomicU64,
     pub caller_writes: AtomicU64,
+    /// Mark records replayed from WAL since start (crash recovery, standby,
+    /// archive recovery).
+    pub marks_replayed: AtomicU64,
+    /// Waits for a synchronous standby to confirm a mark, and their time.
+    pub standby_waits: AtomicU64,
+    pub standby_wait_us: AtomicU64,
     /// Issued by a process with no slot of its own (should stay 0).
     pub unslotted_issued: AtomicU64,
 }
@@ -40,12 +48,70 @@ pub struct State {
     /// The newest durable mark (a tick), `NO_MARK` before the first.
     pub mark_tick: AtomicU64,
     pub mark_written_at_ms: AtomicI64,
+    /// The server the newest mark belongs to (0 when unknown) and where this
+    /// generator learnt it.
+    pub mark_system_id: AtomicU64,
+    pub mark_timeline: AtomicU32,
+    pub mark_source: AtomicU8,
+    /// End of the last mark record this server wrote to WAL (0: none yet).
+    pub logged_lsn: AtomicU64,
+    /// Recovery files found in the data directory at start (`RECOVERY_FILES` bits).
+    pub recovery_files: AtomicU8,
+    /// Whether the check for copied data has run since start.
+    pub settled: AtomicBool,
+    /// Why generation is refused (`Refusal`), when `refused` is set.
+    pub refusal: AtomicU8,
     pub counters: Counters,
     lock: AtomicPtr<pg_sys::LWLock>,
     slot_count: u64,
 }
 
 pub const NO_MARK: u64 = u64::MAX;
+
+/// Where the newest mark came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MarkSource {
+    None = 0,
+    StateFile = 1,
+    WalReplay = 2,
+    WrittenHere = 3,
+}
+
+impl MarkSource {
+    pub fn of(v: u8) -> MarkSource {
+        match v {
+            1 => MarkSource::StateFile,
+            2 => MarkSource::WalReplay,
+            3 => MarkSource::WrittenHere,
+            _ => MarkSource::None,
+        }
+    }
+
+    pub fn label(self) -> Option<&'static str> {
+        match self {
+            MarkSource::None => None,
+            MarkSource::StateFile => Some("state file"),
+            MarkSource::WalReplay => Some("WAL replay"),
+            MarkSource::WrittenHere => Some("written here"),
+        }
+    }
+}
+
+/// Why generation is refused.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Refusal {
+    /// Decided at start from the state file (the postmaster keeps the text).
+    AtStart = 1,
+    /// A replayed mark was made under other settings.
+    ReplayedOtherSettings = 2,
+    /// A mark record in WAL could not be read.
+    UnreadableRecord = 3,
+}
+
+/// The recovery files a server can start with, one bit each.
+pub const RECOVERY_FILES: [&str; 3] = ["standby.signal", "recovery.signal", "backup_label"];
 
 /// IDs issued by the process owning this slot.
 #[repr(C, align(64))]
@@ -161,6 +227,13 @@ impl State {
             mark_generation: AtomicU64::new(0),
             mark_tick: AtomicU64::new(NO_MARK),
             mark_written_at_ms: AtomicI64::new(0),
+            mark_system_id: AtomicU64::new(0),
+            mark_timeline: AtomicU32::new(0),
+            mark_source: AtomicU8::new(MarkSource::None as u8),
+            logged_lsn: AtomicU64::new(0),
+            recovery_files: AtomicU8::new(0),
+            settled: AtomicBool::new(false),
+            refusal: AtomicU8::new(0),
             counters: Counters::default(),
             lock: AtomicPtr::new(lock),
             slot_count,

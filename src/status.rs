@@ -6,7 +6,7 @@ use crate::durable;
 use crate::generate::shared_state;
 use crate::record::{finfo_v1, row};
 use crate::settings;
-use crate::shmem::NO_MARK;
+use crate::shmem::{MarkSource, NO_MARK};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::generator::time_problem;
@@ -37,13 +37,17 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let now = now_ms();
     let layout = settings::server_layout().ok();
     let cfg = settings::config();
-    let problem = cfg
-        .clone()
-        .and_then(|c| settings::policy(&c.layout).map(|p| (c, p)))
-        .and_then(|(c, p)| durable::may_issue(st).map(|_| (c, p)))
-        .map(|(c, p)| time_problem(&st.gen, &c.layout, &p, now))
-        .unwrap_or_else(Some)
-        .map(|f| f.message);
+    // In the order a call meets them: recovery first, whatever the clock says.
+    let problem = if durable::in_recovery() {
+        Some(durable::read_only().message)
+    } else {
+        cfg.clone()
+            .and_then(|c| settings::policy(&c.layout).map(|p| (c, p)))
+            .and_then(|(c, p)| durable::may_issue(st).map(|_| (c, p)))
+            .map(|(c, p)| time_problem(&st.gen, &c.layout, &p, now))
+            .unwrap_or_else(Some)
+            .map(|f| f.message)
+    };
     let issued = st.issued();
     let c = &st.counters;
     let last = match (layout, issued) {
@@ -76,6 +80,16 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         (mark != NO_MARK)
             .then(|| ts(st.mark_written_at_ms.load(Ordering::Relaxed)))
             .flatten(),
+        MarkSource::of(st.mark_source.load(Ordering::Relaxed))
+            .label()
+            .into_datum(),
+        Some(st.mark_system_id.load(Ordering::Relaxed))
+            .filter(|s| *s != 0)
+            .map(|s| pg_sys::Datum::from(s as i64)),
+        Some(st.mark_timeline.load(Ordering::Relaxed))
+            .filter(|t| *t != 0)
+            .map(|t| pg_sys::Datum::from(t as i64)),
+        count(c.marks_replayed.load(Ordering::Relaxed)),
         count(issued),
         count(c.borrowed_ticks.load(Ordering::Relaxed)),
         count(c.clock_steps_back.load(Ordering::Relaxed)),
@@ -85,6 +99,8 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         count(c.errors.load(Ordering::Relaxed)),
         count(c.background_writes.load(Ordering::Relaxed)),
         count(c.caller_writes.load(Ordering::Relaxed)),
+        count(c.standby_waits.load(Ordering::Relaxed)),
+        Interval::from_micros(c.standby_wait_us.load(Ordering::Relaxed) as i64).into_datum(),
         layout.and_then(|l| ts(l.end_ms())),
         layout.and_then(|l| interval_ms(l.end_ms() - now)),
         Some(st.reserver_pid.load(Ordering::Relaxed))
@@ -109,6 +125,10 @@ CREATE FUNCTION snowflake_status(
     OUT largest_lead interval,
     OUT durable_mark timestamptz,
     OUT durable_mark_written_at timestamptz,
+    OUT mark_source text,
+    OUT mark_system_identifier bigint,
+    OUT mark_timeline bigint,
+    OUT marks_replayed bigint,
     OUT ids_issued bigint,
     OUT ticks_borrowed bigint,
     OUT clock_steps_back bigint,
@@ -118,6 +138,8 @@ CREATE FUNCTION snowflake_status(
     OUT errors bigint,
     OUT mark_writes bigint,
     OUT mark_writes_by_callers bigint,
+    OUT standby_waits bigint,
+    OUT standby_wait_time interval,
     OUT layout_ends timestamptz,
     OUT time_left interval,
     OUT reserver_pid integer,

@@ -47,7 +47,9 @@ class Server:
     faketime: run it under libfaketime, its clock offset set by set_clock().
     """
 
-    def __init__(self, name, conf=None, preload=True, faketime=False):
+    def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False):
+        """copy_of: a running Server to base-backup instead of running initdb
+        (standby=True makes the copy a streaming standby of it)."""
         self.name = name
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
@@ -61,7 +63,12 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         _chown(self.dir)
-        _as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
+        if copy_of is not None:
+            self._base_backup(copy_of, standby)
+            inherited = copy_of.harness_settings()
+        else:
+            _as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
+            inherited = {}
         base = {
             "port": self.port,
             "listen_addresses": "''",
@@ -74,10 +81,25 @@ class Server:
         if preload:
             base["shared_preload_libraries"] = "'snowflake_id'"
             base["snowflake_id.worker_id"] = 1
+        base.update({k: v for k, v in inherited.items() if k not in ("port", "unix_socket_directories")})
         base.update(conf or {})
         self.write_conf(base)
         if faketime:
             self.set_clock(0)
+
+    def _base_backup(self, source, standby):
+        """pg_basebackup of `source` into this server's data directory."""
+        cmd = [f"{PG_BIN}/pg_basebackup", "-h", source.dir, "-p", str(source.port), "-U", "postgres",
+               "-D", self.data, "-X", "stream", "-c", "fast", "--no-sync"]
+        if standby:
+            cmd.append("-R")
+        _as_postgres(cmd)
+
+    def harness_settings(self):
+        path = os.path.join(self.data, "postgresql.conf")
+        with open(path) as f:
+            block = f.read().split("# --- harness ---")[1]
+        return dict(line.split(" = ", 1) for line in block.strip().splitlines())
 
     def write_conf(self, settings):
         """Replaces the settings block this harness owns in postgresql.conf."""
@@ -90,10 +112,7 @@ class Server:
 
     def set_conf(self, **changes):
         """Changes harness settings (None removes one); takes effect on restart/reload."""
-        path = os.path.join(self.data, "postgresql.conf")
-        with open(path) as f:
-            block = f.read().split("# --- harness ---")[1]
-        settings = dict(line.split(" = ", 1) for line in block.strip().splitlines())
+        settings = self.harness_settings()
         for k, v in changes.items():
             k = k.replace("__", ".")
             if v is None:
@@ -136,6 +155,39 @@ class Server:
 
     def stop(self, mode="fast"):
         _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)
+
+    def promote(self):
+        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote"])
+
+    def wait_for(self, query, timeout=60, what=None):
+        """Polls `query` until it returns a true first value."""
+        deadline = time.time() + timeout
+        while True:
+            try:
+                if self.one(query):
+                    return
+            except psycopg2.OperationalError:
+                pass
+            assert time.time() < deadline, what or f"timed out waiting for: {query}"
+            time.sleep(0.1)
+
+    def children(self):
+        """PIDs of the postmaster's child processes."""
+        pid = self.postmaster_pid()
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def kill9_all(self):
+        """kill -9 of the postmaster, then of every process it left behind."""
+        kids = self.children()
+        os.kill(self.postmaster_pid(), signal.SIGKILL)
+        for k in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(k, signal.SIGKILL)
+        deadline = time.time() + 30
+        while any(os.path.exists(f"/proc/{k}") for k in kids):
+            assert time.time() < deadline, "children of the killed postmaster did not exit"
+            time.sleep(0.05)
 
     def restart(self, mode="fast"):
         self.stop(mode)

@@ -54,6 +54,13 @@ impl Shared {
         self.durable_end.store(end, Ordering::SeqCst);
     }
 
+    /// Puts every later ID above tick `floor`. Nothing becomes issuable by
+    /// it: ticks above the durable mark still wait for a new mark.
+    pub fn raise_floor(&self, floor: u64, sequence_bits: u32) {
+        let first = floor.saturating_add(1).min(u64::MAX >> sequence_bits) << sequence_bits;
+        self.next.fetch_max(first, Ordering::AcqRel);
+    }
+
     /// The next counter value that may be issued.
     pub fn next(&self) -> u64 {
         self.next.load(Ordering::Acquire)
@@ -399,9 +406,14 @@ impl Reservation {
         base.saturating_add(self.window_ticks).min(lim.last_tick)
     }
 
-    /// Whether a background writer should move the mark now: when less than
-    /// half a window is left ahead of the newest tick in use.
-    pub fn due(&self, shared: &Shared, lim: &Limits, now_tick: u64) -> bool {
+    /// Whether a background writer should move the mark now: when IDs were
+    /// issued since it last looked (`active`) and less than half a window is
+    /// left ahead of the newest tick in use. An idle server writes nothing;
+    /// the first caller after an idle spell writes the mark itself.
+    pub fn due(&self, shared: &Shared, lim: &Limits, now_tick: u64, active: bool) -> bool {
+        if !active {
+            return false;
+        }
         let base = Self::base(shared, lim, now_tick).min(lim.last_tick);
         shared.durable_end() <= base.saturating_add(self.window_ticks / 2)
             && shared.durable_end() <= lim.last_tick
@@ -761,11 +773,15 @@ mod tests {
             let res = Reservation::for_layout(&layout);
             let sh = Shared::resume(Some(0), layout.sequence_bits());
             let mut caller_writes = 0;
+            let mut seen = sh.next();
             // A writer that looks every 100 ms; callers every ms, at the clock.
             for ms in 0..20_000u64 {
                 let now_tick = (ms + 10_000) / layout.unit_ms();
-                if ms % 100 == 0 && res.due(&sh, &lim, now_tick) {
-                    sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
+                if ms % 100 == 0 {
+                    let active = std::mem::replace(&mut seen, sh.next()) != sh.next();
+                    if res.due(&sh, &lim, now_tick, active) {
+                        sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
+                    }
                 }
                 if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1)
                 {
@@ -779,6 +795,51 @@ mod tests {
                 layout.describe()
             );
         }
+    }
+
+    #[test]
+    fn an_idle_server_writes_no_mark_and_the_first_caller_after_writes_one() {
+        let layout = one_ms_layout(12);
+        let lim = Policy::new(&layout, 10_000, 1000).unwrap().limits();
+        let res = Reservation::for_layout(&layout);
+        let sh = Shared::resume(Some(0), 12);
+        sh.publish_durable(2000);
+        assert!(try_take(&sh, &lim, 1000, 1).is_ok());
+        let mut seen = sh.next();
+        let mut writes = 0;
+        // Ten idle seconds, looked at every 100 ms.
+        for ms in (1000..11_000u64).step_by(100) {
+            let active = std::mem::replace(&mut seen, sh.next()) != sh.next();
+            if res.due(&sh, &lim, ms, active) {
+                writes += 1;
+            }
+        }
+        assert_eq!(writes, 0, "an idle server moved its mark");
+        assert_eq!(
+            try_take(&sh, &lim, 11_000, 1),
+            Err(Blocked::NeedDurable {
+                through_tick: 11_000
+            })
+        );
+        assert!(res.due(&sh, &lim, 11_000, true));
+    }
+
+    #[test]
+    fn a_raised_floor_moves_ids_up_but_issues_nothing_by_itself() {
+        let sh = Shared::resume(Some(100), 12);
+        sh.publish_durable(1000);
+        let l = lim(12, 1_000_000);
+        sh.raise_floor(500, 12);
+        assert_eq!(try_take(&sh, &l, 50, 1).unwrap().first, 501 << 12);
+        // Lower floors change nothing.
+        sh.raise_floor(10, 12);
+        assert_eq!(try_take(&sh, &l, 50, 1).unwrap().first, (501 << 12) + 1);
+        // Above the durable mark, a new mark is still needed.
+        sh.raise_floor(5000, 12);
+        assert_eq!(
+            try_take(&sh, &l, 50, 1),
+            Err(Blocked::NeedDurable { through_tick: 5001 })
+        );
     }
 
     proptest! {

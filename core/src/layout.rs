@@ -521,6 +521,20 @@ impl Layout {
     /// the unsigned number it stands for; otherwise IDs outside
     /// `0 .. 2^total_bits` are an error, never a misread.
     pub fn decode(&self, id: i64) -> Result<Decoded, Failure> {
+        let p = self.parts_of(id)?;
+        Ok(Decoded {
+            unix_ms: self.tick_start_ms(p.tick),
+            worker: p.worker as i32,
+            sequence: p.sequence as i32,
+        })
+    }
+
+    /// The tick of an ID, checked as [`Layout::decode`] checks it.
+    pub fn decode_tick(&self, id: i64) -> Result<u64, Failure> {
+        Ok(self.parts_of(id)?.tick)
+    }
+
+    fn parts_of(&self, id: i64) -> Result<Parts, Failure> {
         let total = self.total_bits();
         if total < 64 && (id < 0 || (id as u64) >> total != 0) {
             return Err(Failure::new(
@@ -529,12 +543,7 @@ impl Layout {
             )
             .hint("Check that the ID and the layout belong together; snowflake_decode(id, layout) reads IDs of another layout."));
         }
-        let p = self.decompose(id as u64);
-        Ok(Decoded {
-            unix_ms: self.tick_start_ms(p.tick),
-            worker: p.worker as i32,
-            sequence: p.sequence as i32,
-        })
+        Ok(self.decompose(id as u64))
     }
 
     /// The smallest ID any worker can issue in the tick containing the

@@ -1,13 +1,20 @@
 //! The durable high-water mark: a small file that says "no ID with a tick
-//! above this was ever issued", plus the settings those IDs were made under.
+//! above this was ever issued", plus the settings those IDs were made under
+//! and the server (system identifier, timeline) that wrote it.
 //!
-//! The file holds two fixed 512-byte slots. Each write goes to the slot the
-//! newest record is not in, followed by `fdatasync`; each slot carries a
-//! checksum, so a write torn by a crash damages only the slot being written
-//! and the other still holds the previous mark. That previous mark is safe:
-//! IDs under a new mark are handed out only after the write of that mark has
-//! returned. The file is created whole (temp file, fsync, rename, fsync of
-//! the directory), so it is either absent or complete.
+//! The file holds two fixed 512-byte slots, each with a checksum. A write
+//! puts the new record into the first slot, `fdatasync`, then into the
+//! second, `fdatasync`; IDs under the new mark are handed out only after
+//! both returned. So a write torn by a crash damages one slot while the other
+//! holds either the new record or the last published one, and a slot damaged
+//! later (a flipped bit on disk) leaves its twin holding the same newest
+//! record: one damaged slot never sends generation back below a published
+//! mark. The file is created whole (temp file, fsync, rename, fsync of the
+//! directory), so it is either absent or complete.
+//!
+//! Files written by 0.1.0 (format 1) alternated the slots instead, so there
+//! the only valid slot may be older than a published mark: a format-1 file
+//! with a damaged slot is treated as damaged.
 
 use crate::layout::{FieldOrder, Layout, NAMED};
 use crate::timefmt::format_instant;
@@ -20,8 +27,12 @@ use std::path::{Path, PathBuf};
 pub const FILE_NAME: &str = "snowflake_id.state";
 
 const SLOT: usize = 512;
-const RECORD: usize = 64;
-const MAGIC: [u8; 8] = *b"SNOWFLK\x01";
+/// Length of an encoded record (format 2).
+pub const RECORD: usize = 80;
+const MAGIC: [u8; 8] = *b"SNOWFLK\x02";
+/// Format 1 (0.1.0): 64 bytes, no system identifier or timeline.
+const MAGIC_V1: [u8; 8] = *b"SNOWFLK\x01";
+const RECORD_V1: usize = 64;
 
 /// The settings a mark was written under: what decides how IDs decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +100,11 @@ pub struct Record {
     pub mark_tick: u64,
     /// Wall clock at the write, for people reading the status.
     pub written_at_ms: i64,
+    /// `GetSystemIdentifier()` of the server whose generator the mark
+    /// covers; 0 when unknown (format 1).
+    pub system_id: u64,
+    /// The timeline that server was on; 0 when unknown (format 1).
+    pub timeline: u32,
 }
 
 /// CRC-32C (Castagnoli), bit by bit: the record is 60 bytes and written a
@@ -112,6 +128,16 @@ impl Record {
     pub fn encode(&self) -> [u8; RECORD] {
         let mut b = [0u8; RECORD];
         b[0..8].copy_from_slice(&MAGIC);
+        self.encode_fields(&mut b);
+        b[56..64].copy_from_slice(&self.system_id.to_le_bytes());
+        b[64..68].copy_from_slice(&self.timeline.to_le_bytes());
+        let crc = crc32c(&b[0..RECORD - 4]);
+        b[RECORD - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The fields format 1 and 2 share, at the same offsets.
+    fn encode_fields(&self, b: &mut [u8]) {
         b[8..16].copy_from_slice(&self.generation.to_le_bytes());
         b[16..24].copy_from_slice(&self.identity.epoch_ms.to_le_bytes());
         b[24..32].copy_from_slice(&self.identity.unit_ms.to_le_bytes());
@@ -125,36 +151,55 @@ impl Record {
         b[36..40].copy_from_slice(&self.worker_id.to_le_bytes());
         b[40..48].copy_from_slice(&self.mark_tick.to_le_bytes());
         b[48..56].copy_from_slice(&self.written_at_ms.to_le_bytes());
-        let crc = crc32c(&b[0..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
-        b
     }
 
+    /// A record of either format, or `None` if `b` holds none intact.
     pub fn decode(b: &[u8]) -> Option<Record> {
-        let b = b.get(0..RECORD)?;
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-        if b[0..8] != MAGIC || crc32c(&b[0..60]).to_le_bytes() != b[60..64] {
+        Self::decode_versioned(b).map(|(r, _)| r)
+    }
+
+    fn decode_versioned(b: &[u8]) -> Option<(Record, u8)> {
+        let (len, version) = match b.get(0..8)? {
+            m if m == MAGIC => (RECORD, 2),
+            m if m == MAGIC_V1 => (RECORD_V1, 1),
+            _ => return None,
+        };
+        let b = b.get(0..len)?;
+        if crc32c(&b[0..len - 4]).to_le_bytes() != b[len - 4..len] {
             return None;
         }
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let order = match b[35] {
             0 => FieldOrder::TimeWorkerSequence,
             1 => FieldOrder::TimeSequenceWorker,
             _ => return None,
         };
-        Some(Record {
-            generation: u64_at(8),
-            identity: Identity {
-                epoch_ms: u64_at(16) as i64,
-                unit_ms: u64_at(24),
-                time_bits: b[32],
-                worker_bits: b[33],
-                sequence_bits: b[34],
-                order,
+        let (system_id, timeline) = match version {
+            2 => (
+                u64_at(56),
+                u32::from_le_bytes(b[64..68].try_into().unwrap()),
+            ),
+            _ => (0, 0),
+        };
+        Some((
+            Record {
+                generation: u64_at(8),
+                identity: Identity {
+                    epoch_ms: u64_at(16) as i64,
+                    unit_ms: u64_at(24),
+                    time_bits: b[32],
+                    worker_bits: b[33],
+                    sequence_bits: b[34],
+                    order,
+                },
+                worker_id: u32::from_le_bytes(b[36..40].try_into().unwrap()),
+                mark_tick: u64_at(40),
+                written_at_ms: u64_at(48) as i64,
+                system_id,
+                timeline,
             },
-            worker_id: u32::from_le_bytes(b[36..40].try_into().unwrap()),
-            mark_tick: u64_at(40),
-            written_at_ms: u64_at(48) as i64,
-        })
+            version,
+        ))
     }
 }
 
@@ -197,34 +242,40 @@ impl MarkFile {
                 2 * SLOT
             )));
         }
-        let newest = [0, SLOT]
-            .iter()
-            .filter_map(|&at| Record::decode(&bytes[at..]))
-            .max_by_key(|r| r.generation);
-        Ok(match newest {
-            Some(r) => Stored::Valid(r),
-            None => Stored::Damaged("neither of its two records passes its checksum".into()),
+        let slots = [0, SLOT].map(|at| Record::decode_versioned(&bytes[at..]));
+        Ok(match slots {
+            [Some((a, _)), Some((b, _))] => Stored::Valid(if a.generation >= b.generation { a } else { b }),
+            [Some((r, 2)), None] | [None, Some((r, 2))] => Stored::Valid(r),
+            [Some(_), None] | [None, Some(_)] => Stored::Damaged(
+                "one of its two records fails its checksum, and the file was written by snowflake_id 0.1.0, which kept the newest mark in one slot only".into(),
+            ),
+            [None, None] => Stored::Damaged("neither of its two records passes its checksum".into()),
         })
     }
 
-    /// Writes `rec` durably: into its slot (`generation % 2`) of the existing
-    /// file, or by creating the file whole if there is none.
+    /// Writes `rec` durably into both slots, one after the other, or creates
+    /// the file whole if there is none.
     pub fn write(&self, rec: &Record) -> io::Result<()> {
-        let slot = (rec.generation % 2) as usize * SLOT;
         match OpenOptions::new().write(true).open(self.path()) {
             Ok(f) => {
-                f.write_all_at(&rec.encode(), slot as u64)?;
-                f.sync_data()
+                let bytes = rec.encode();
+                for slot in [0, SLOT] {
+                    f.write_all_at(&bytes, slot as u64)?;
+                    f.sync_data()?;
+                }
+                Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => self.create(rec, slot),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.create(rec),
             Err(e) => Err(e),
         }
     }
 
-    fn create(&self, rec: &Record, slot: usize) -> io::Result<()> {
+    fn create(&self, rec: &Record) -> io::Result<()> {
         let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
         let mut bytes = vec![0u8; 2 * SLOT];
-        bytes[slot..slot + RECORD].copy_from_slice(&rec.encode());
+        for slot in [0, SLOT] {
+            bytes[slot..slot + RECORD].copy_from_slice(&rec.encode());
+        }
         {
             let f = OpenOptions::new()
                 .write(true)
@@ -262,7 +313,25 @@ mod tests {
             worker_id: 7,
             mark_tick,
             written_at_ms: 1_750_000_000_000,
+            system_id: 7_300_000_000_000_000_001,
+            timeline: 3,
         }
+    }
+
+    /// A record as snowflake_id 0.1.0 wrote it (format 1).
+    fn encode_v1(r: &Record) -> [u8; RECORD_V1] {
+        let mut b = [0u8; RECORD_V1];
+        b[0..8].copy_from_slice(&MAGIC_V1);
+        r.encode_fields(&mut b);
+        let crc = crc32c(&b[0..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn flip(path: &Path, at: usize) {
+        let mut bytes = fs::read(path).unwrap();
+        bytes[at] ^= 0x01;
+        fs::write(path, bytes).unwrap();
     }
 
     #[test]
@@ -282,24 +351,72 @@ mod tests {
     }
 
     #[test]
-    fn the_newest_slot_wins_and_a_torn_write_falls_back_to_the_other() {
-        let dir = temp_dir("slots");
+    fn a_torn_write_falls_back_to_the_last_published_mark() {
+        let dir = temp_dir("torn");
         let f = MarkFile::in_dir(&dir);
         assert_eq!(f.read().unwrap(), Stored::Missing);
         f.write(&record(1, 100)).unwrap();
         f.write(&record(2, 200)).unwrap();
         f.write(&record(3, 300)).unwrap();
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
-        // Tear the write of generation 4 halfway: generation 3 is still there.
+        // Generation 4 torn halfway through the first slot: 3 is still there.
         let half = &record(4, 400).encode()[..RECORD / 2];
-        OpenOptions::new()
-            .write(true)
-            .open(f.path())
-            .unwrap()
-            .write_all_at(half, 0)
-            .unwrap();
+        let file = OpenOptions::new().write(true).open(f.path()).unwrap();
+        file.write_all_at(half, 0).unwrap();
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
+        // Torn in the second slot after the first was written: the new one,
+        // never published, but above everything that was.
+        file.write_all_at(&record(4, 400).encode(), 0).unwrap();
+        file.write_all_at(half, SLOT as u64).unwrap();
+        assert_eq!(f.read().unwrap(), Stored::Valid(record(4, 400)));
         assert!(!dir.join(format!("{FILE_NAME}.tmp")).exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn one_damaged_slot_never_loses_the_newest_mark() {
+        let dir = temp_dir("rot");
+        let f = MarkFile::in_dir(&dir);
+        for (gen, mark) in [(1, 100), (2, 200), (3, 300)] {
+            f.write(&record(gen, mark)).unwrap();
+        }
+        for slot in [0, SLOT] {
+            for at in [slot, slot + 40, slot + RECORD - 1] {
+                flip(&f.path(), at);
+                assert_eq!(
+                    f.read().unwrap(),
+                    Stored::Valid(record(3, 300)),
+                    "byte {at} flipped"
+                );
+                flip(&f.path(), at);
+            }
+        }
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn files_of_0_1_0_are_read_and_a_damaged_slot_there_is_refused() {
+        let dir = temp_dir("v1");
+        let f = MarkFile::in_dir(&dir);
+        let (old, new) = (record(2, 200), record(3, 300));
+        let mut bytes = vec![0u8; 2 * SLOT];
+        bytes[..RECORD_V1].copy_from_slice(&encode_v1(&old));
+        bytes[SLOT..SLOT + RECORD_V1].copy_from_slice(&encode_v1(&new));
+        fs::write(f.path(), &bytes).unwrap();
+        let unknown_origin = Record {
+            system_id: 0,
+            timeline: 0,
+            ..new
+        };
+        assert_eq!(f.read().unwrap(), Stored::Valid(unknown_origin));
+        // The newest of 0.1.0's alternating slots damaged: the other one may be
+        // older than IDs already issued.
+        flip(&f.path(), SLOT + 41);
+        assert!(matches!(f.read().unwrap(), Stored::Damaged(why) if why.contains("0.1.0")));
+        // The next write moves the file to format 2 whole.
+        f.write(&record(4, 400)).unwrap();
+        flip(&f.path(), 41);
+        assert_eq!(f.read().unwrap(), Stored::Valid(record(4, 400)));
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -1,5 +1,8 @@
 //! Deciding, at start, where generation may resume: above the durable mark,
-//! and only under the settings the issued IDs were made under.
+//! and only under the settings the issued IDs were made under; and, once
+//! recovery is over, whether the server runs on a copy of another server's
+//! data (a promoted standby, a restored backup, a point-in-time recovery)
+//! and how far above the mark that puts the floor.
 
 use crate::failure::{Class, Failure};
 use crate::layout::{Layout, Parts};
@@ -10,10 +13,10 @@ use crate::mark::{Identity, Record, Stored};
 pub enum Resume {
     /// Nothing was ever issued here.
     Fresh,
-    /// Continue above `mark`. `worker_was` is set when the worker id changed.
+    /// Continue above the mark of `rec`. `worker_was` is set when the
+    /// worker id changed.
     Continue {
-        mark: u64,
-        generation: u64,
+        rec: Record,
         worker_was: Option<u32>,
     },
     /// Generation must not start: the reason, to raise on every call.
@@ -48,8 +51,7 @@ pub fn decide(stored: &Stored, layout: &Layout, worker_id: u32, path: &str) -> R
             )),
         ),
         Stored::Valid(rec) => Resume::Continue {
-            mark: rec.mark_tick,
-            generation: rec.generation,
+            rec: *rec,
             worker_was: (rec.worker_id != worker_id).then_some(rec.worker_id),
         },
     }
@@ -82,10 +84,105 @@ pub fn adopted_mark(old: Option<&Record>, new: &Layout) -> Result<Option<u64>, F
     Ok(first_tick.checked_sub(1))
 }
 
+/// What a server knows about where its data came from once recovery is
+/// over (or at start, when there was none).
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// This server's `GetSystemIdentifier()` and timeline now.
+    pub system_id: u64,
+    pub timeline: u32,
+    /// Recovery files (`standby.signal`, `recovery.signal`, `backup_label`)
+    /// that were in the data directory at start, by name.
+    pub recovery_files: &'a [&'a str],
+    /// The system identifier and timeline recorded with the newest mark this
+    /// generator knows of (state file or WAL replay); 0 where unknown.
+    pub mark: Option<(u64, u32)>,
+    /// Mark records replayed from WAL since the server started.
+    pub replayed_marks: u64,
+    /// The time of the last commit or abort replayed (`GetLatestXTime()`),
+    /// which Postgres keeps after archive recovery and on standbys only.
+    pub latest_xtime_ms: Option<i64>,
+}
+
+/// What [`settle`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    /// A tick no new ID may carry or go below, when more than the mark is needed.
+    pub floor_tick: Option<u64>,
+    /// Why the server is a copy and what it resumes above; `None` when it is
+    /// not a copy.
+    pub note: Option<String>,
+}
+
+/// Why the data of this server is a copy of another's, if it is.
+fn copied_because(o: &Origin) -> Option<String> {
+    if !o.recovery_files.is_empty() {
+        return Some(format!(
+            "it started with {} in its data directory",
+            o.recovery_files.join(" and ")
+        ));
+    }
+    let (system_id, timeline) = o.mark?;
+    if system_id != 0 && system_id != o.system_id {
+        return Some(format!(
+            "its mark was written by another cluster (system identifier {system_id})"
+        ));
+    }
+    (timeline != 0 && timeline != o.timeline).then(|| {
+        format!(
+            "its mark was written on timeline {timeline}, and it now runs on timeline {}",
+            o.timeline
+        )
+    })
+}
+
+/// Where generation may resume on a server that may run on copied data.
+///
+/// Mark records travel in WAL ahead of every row holding an ID above the
+/// previous mark, so when the replayed WAL carried marks, the generator
+/// (raised by each replayed mark) already stands above every ID in a replayed
+/// committed row. Without any (a primary that did not WAL-log marks, or a
+/// PostgreSQL without custom WAL resource managers), the last replayed commit
+/// time plus the largest lead IDs may have had bounds them instead.
+pub fn settle(layout: &Layout, lead_ticks: u64, o: &Origin) -> Settled {
+    let Some(why) = copied_because(o) else {
+        return Settled {
+            floor_tick: None,
+            note: None,
+        };
+    };
+    if o.replayed_marks > 0 {
+        return Settled {
+            floor_tick: None,
+            note: Some(format!(
+                "this server runs on a copy of another server's data ({why}); it resumes above the mark replayed from WAL"
+            )),
+        };
+    }
+    match o.latest_xtime_ms.and_then(|t| layout.tick_at_ms(t)) {
+        Some(t) => {
+            let floor = t.saturating_add(lead_ticks).min(layout.last_tick());
+            Settled {
+                floor_tick: Some(floor),
+                note: Some(format!(
+                    "this server runs on a copy of another server's data ({why}) and replayed no mark; it resumes above the last replayed commit ({}) plus snowflake_id.max_lead",
+                    crate::timefmt::format_instant(layout.tick_start_ms(t))
+                )),
+            }
+        }
+        None => Settled {
+            floor_tick: None,
+            note: Some(format!(
+                "this server runs on a copy of another server's data ({why}), but neither a replayed mark nor a replayed commit time is known; it resumes above its state file's mark only"
+            )),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::Spec;
+    use crate::layout::{Spec, DEFAULT_EPOCH_MS};
 
     fn rec(layout: &Layout, worker: u32, mark: u64) -> Record {
         Record {
@@ -94,7 +191,77 @@ mod tests {
             worker_id: worker,
             mark_tick: mark,
             written_at_ms: 0,
+            system_id: 11,
+            timeline: 1,
         }
+    }
+
+    fn origin<'a>(mark: Option<&Record>, files: &'a [&'a str]) -> Origin<'a> {
+        Origin {
+            system_id: 11,
+            timeline: 1,
+            recovery_files: files,
+            mark: mark.map(|r| (r.system_id, r.timeline)),
+            replayed_marks: 0,
+            latest_xtime_ms: Some(DEFAULT_EPOCH_MS + 5_000),
+        }
+    }
+
+    #[test]
+    fn a_server_on_its_own_data_needs_no_floor() {
+        let l = Layout::by_name("snowflake_id").unwrap();
+        let r = rec(&l, 3, 1000);
+        let s = settle(&l, 10_000, &origin(Some(&r), &[]));
+        assert_eq!((s.floor_tick, s.note), (None, None));
+        // Format-1 marks carry no origin: not a copy by themselves.
+        let v1 = Record {
+            system_id: 0,
+            timeline: 0,
+            ..r
+        };
+        assert_eq!(settle(&l, 10_000, &origin(Some(&v1), &[])).note, None);
+        assert_eq!(settle(&l, 10_000, &origin(None, &[])).note, None);
+    }
+
+    #[test]
+    fn copies_are_recognised_and_floored_when_no_mark_was_replayed() {
+        let l = Layout::by_name("snowflake_id").unwrap();
+        let r = rec(&l, 3, 1000);
+        let promoted = Record { timeline: 1, ..r };
+        let mut o = origin(Some(&promoted), &[]);
+        o.timeline = 2;
+        let s = settle(&l, 10_000, &o);
+        assert_eq!(
+            s.floor_tick,
+            Some(15_000),
+            "last commit 5 s after the epoch, plus 10 s"
+        );
+        assert!(s
+            .note
+            .unwrap()
+            .contains("on timeline 1, and it now runs on timeline 2"));
+        let other = Record { system_id: 12, ..r };
+        let s = settle(&l, 10_000, &origin(Some(&other), &[]));
+        assert!(s.note.unwrap().contains("system identifier 12"));
+        let s = settle(&l, 0, &origin(Some(&r), &["backup_label"]));
+        assert_eq!(s.floor_tick, Some(5_000));
+        assert!(s.note.unwrap().contains("started with backup_label"));
+        // A replayed mark already covers every replayed row: no extra lead.
+        let mut o = origin(Some(&r), &["standby.signal"]);
+        o.replayed_marks = 4;
+        let s = settle(&l, 10_000, &o);
+        assert_eq!(s.floor_tick, None);
+        assert!(s.note.unwrap().contains("mark replayed from WAL"));
+        // Nothing replayed and no commit time: said, not guessed.
+        let mut o = origin(Some(&r), &["recovery.signal"]);
+        o.latest_xtime_ms = None;
+        let s = settle(&l, 10_000, &o);
+        assert_eq!(s.floor_tick, None);
+        assert!(s.note.unwrap().contains("state file's mark only"));
+        // The floor never passes the layout's last tick.
+        let mut o = origin(Some(&r), &["backup_label"]);
+        o.latest_xtime_ms = Some(l.end_ms() - 1);
+        assert_eq!(settle(&l, 10_000, &o).floor_tick, Some(l.last_tick()));
     }
 
     #[test]
@@ -104,16 +271,14 @@ mod tests {
         assert_eq!(
             decide(&Stored::Valid(r), &l, 3, "f"),
             Resume::Continue {
-                mark: 1000,
-                generation: 5,
+                rec: r,
                 worker_was: None
             }
         );
         assert_eq!(
             decide(&Stored::Valid(r), &l, 4, "f"),
             Resume::Continue {
-                mark: 1000,
-                generation: 5,
+                rec: r,
                 worker_was: Some(3)
             }
         );
