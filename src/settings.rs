@@ -33,8 +33,8 @@ static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
 static WAL_RMGR_ID: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_WAL_RMGR_ID);
 
 /// The custom WAL resource manager id marks are logged under. 128 is for
-/// development only; ids other extensions are known to use (129 OrioleDB,
-/// 137 pg_analytics, 140 pg_tde, 144 Spock, 150 credcheck) are avoided.
+/// development only; the ids PostgreSQL's wiki lists (129 to 140, 241) and
+/// others seen in extensions' source (144 Spock, 150 credcheck) are avoided.
 pub const DEFAULT_WAL_RMGR_ID: i32 = 166;
 
 /// Ten seconds: absorbs NTP step corrections and bursts of ten seconds of

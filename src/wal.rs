@@ -114,10 +114,11 @@ fn sync_mode() -> Option<usize> {
         if pg_sys::max_wal_senders == 0 || names.is_null() || *names == 0 {
             return None;
         }
+        // As SyncRepWaitForLSN(lsn, false) waits: remote_apply is capped at
+        // remote flush (a promoted standby replays all it flushed anyway).
         match pg_sys::synchronous_commit as u32 {
             SYNCHRONOUS_COMMIT_REMOTE_WRITE => Some(0),
-            SYNCHRONOUS_COMMIT_REMOTE_FLUSH => Some(1),
-            SYNCHRONOUS_COMMIT_REMOTE_APPLY => Some(2),
+            SYNCHRONOUS_COMMIT_REMOTE_FLUSH | SYNCHRONOUS_COMMIT_REMOTE_APPLY => Some(1),
             _ => None,
         }
     }
@@ -134,7 +135,11 @@ pub fn confirm(lsn: Option<u64>) -> Result<Option<u64>, Failure> {
     // SAFETY: called outside any lock of ours, by a process with a PGPROC;
     // Postgres's own wait handles cancel, termination and reloads.
     let confirmed = unsafe {
+        // HOLD_INTERRUPTS, as at commit: the wait checks cancel and
+        // termination itself, and must not be left by a longjmp.
+        pg_sys::InterruptHoldoffCount += 1;
         pg_sys::SyncRepWaitForLSN(lsn, false);
+        pg_sys::InterruptHoldoffCount -= 1;
         // WalSndCtl lives as long as the server; the position only grows.
         std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[mode]) >= lsn
     };
