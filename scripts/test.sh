@@ -34,13 +34,14 @@ cargo test -p snowflake_id_core
 step "Extension: #[pg_test] tests in a real PostgreSQL"
 cargo pgrx test pg15 --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
 
-step "sql/: the committed install script matches what the code generates"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+step "sql/: the committed install script of $version matches what the code generates"
 cargo pgrx schema pg15 -o "$SNOWFLAKE_TEST_DIR/schema.sql"
 # pgrx orders the items by a dependency walk that is not stable, and notes the
 # source line of each: compare the SQL lines alone.
 sql_lines() { grep -v '^-- src/' "$1" | sort; }
-if ! diff <(sql_lines sql/snowflake_id--0.1.0.sql) <(sql_lines "$SNOWFLAKE_TEST_DIR/schema.sql"); then
-    echo "sql/snowflake_id--0.1.0.sql is stale: run cargo pgrx schema pg15 -o sql/snowflake_id--0.1.0.sql" >&2
+if ! diff <(sql_lines "sql/snowflake_id--$version.sql") <(sql_lines "$SNOWFLAKE_TEST_DIR/schema.sql"); then
+    echo "sql/snowflake_id--$version.sql is stale: run cargo pgrx schema pg15 -o sql/snowflake_id--$version.sql" >&2
     exit 1
 fi
 

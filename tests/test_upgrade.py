@@ -1,0 +1,34 @@
+"""ALTER EXTENSION snowflake_id UPDATE from 0.1.0: generation continues
+above the IDs issued under 0.1.0, and what 0.2.0 adds works."""
+
+import os
+import shutil
+import subprocess
+
+from harness import PG_BIN, Server
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
+    share = subprocess.run([f"{PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
+    # The released install script, as a server that had 0.1.0 installed holds it.
+    shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+    srv = Server("upgrade")
+    srv.start()
+    try:
+        srv.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'")
+        srv.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
+        srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        assert srv.one("SELECT count(*) FROM information_schema.columns WHERE table_name = 'snowflake_status' AND column_name = 'mark_source'") == 0
+        srv.sql("ALTER EXTENSION snowflake_id UPDATE")
+        assert srv.one("SELECT extversion FROM pg_extension WHERE extname = 'snowflake_id'") == "0.2.0"
+        top = srv.one("SELECT max(id) FROM t")
+        srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        assert srv.one("SELECT min(id) FROM t WHERE id > %s", (top,)) is not None
+        assert srv.one("SELECT count(*) FROM t WHERE id > %s", (top,)) == 1000
+        assert srv.one("SELECT mark_source FROM snowflake_status") == "written here"
+        assert "every new ID is above" in srv.one("SELECT snowflake_resume_above(max(id)) FROM t")
+        assert srv.one("SELECT has_function_privilege('public', 'snowflake_resume_above(bigint)', 'EXECUTE')") is False
+    finally:
+        srv.destroy()
