@@ -283,6 +283,7 @@ mod tests {
                 "snowflake_layouts() i1s",
                 "snowflake_nextval() v1s",
                 "snowflake_nextval_batch(integer) v1s",
+                "snowflake_resume_above(bigint) v1u",
                 "snowflake_status() v0s",
                 "snowflake_timestamp(bigint) s1s",
                 "snowflake_timestamp(bigint,text) i1s",

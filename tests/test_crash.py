@@ -66,13 +66,17 @@ def assert_unique(ids):
 def test_kill_9_of_a_backend_under_load_then_the_clock_60_s_back():
     conf = {"snowflake_id.layout": f"'{COARSE}'", "snowflake_id.max_lead": "'10min'"}
     with server("crash-kill9", faketime=True, conf=conf) as srv:
-        load = Load(srv, sessions=4, target=200_000)
-        while load.total() < 100_000:
+        # No target until a victim is killed: the load cannot end before it.
+        load = Load(srv, sessions=4, target=10**12)
+        victims = []
+        while not victims:
             time.sleep(0.05)
-        victim = srv.one(
-            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT 1"
-        )
-        srv.kill9(victim)
+            if load.total() >= 100_000:
+                victims = srv.sql(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT 1"
+                )
+        srv.kill9(victims[0][0])
+        load.target = load.total() + 100_000
         before = load.join()
         deadline = time.time() + 60
         while "reinitializing" not in srv.log_text():
