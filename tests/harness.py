@@ -47,9 +47,10 @@ class Server:
     faketime: run it under libfaketime, its clock offset set by set_clock().
     """
 
-    def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False):
+    def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None):
         """copy_of: a running Server to base-backup instead of running initdb
-        (standby=True makes the copy a streaming standby of it)."""
+        (standby=True makes the copy a streaming standby of it; copy_with(data_dir)
+        makes the copy itself instead of pg_basebackup)."""
         self.name = name
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
@@ -63,7 +64,10 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         _chown(self.dir)
-        if copy_of is not None:
+        if copy_with is not None:
+            copy_with(self.data)
+            inherited = copy_of.harness_settings()
+        elif copy_of is not None:
             self._base_backup(copy_of, standby)
             inherited = copy_of.harness_settings()
         else:
