@@ -126,14 +126,25 @@ pub fn replay(rec: &Record) {
     };
     st.counters.marks_replayed.fetch_add(1, Ordering::Relaxed);
     st.with_lock(|| {
-        let known = st.mark_tick.load(Ordering::Relaxed);
+        let cfg = settings::config();
+        let same_settings = cfg
+            .as_ref()
+            .is_ok_and(|c| Identity::of(&c.layout) == rec.identity);
+        // Under the same settings a mark only ever rises: a lower one (an
+        // older timeline's, replayed after a newer mark was read) keeps the
+        // higher tick and takes the record's origin.
+        let tick = match known_mark(st) {
+            Some(k) if same_settings => rec.mark_tick.max(k),
+            _ => rec.mark_tick,
+        };
         let same_origin = st.mark_system_id.load(Ordering::Relaxed) == rec.system_id
             && st.mark_timeline.load(Ordering::Relaxed) == rec.timeline;
-        if known != crate::shmem::NO_MARK && rec.mark_tick <= known && same_origin {
+        if known_mark(st) == Some(tick) && same_origin {
             return; // nothing new (a mark logged again after a checkpoint)
         }
         let stored = Record {
             generation: st.mark_generation.load(Ordering::Relaxed) + 1,
+            mark_tick: tick,
             ..*rec
         };
         if let Err(e) = mark_file().write(&stored) {
@@ -186,11 +197,16 @@ fn refused(st: &State) -> Option<Failure> {
         r if r == Refusal::UnreadableRecord as u8 => Some(
             Failure::new(Class::Corrupted, "a durable mark record in this server's WAL could not be read")
                 .detail("Without it, IDs the original server issued could be issued again.")
-                .hint("If the system clock is certainly later than every ID issued, run SELECT snowflake_adopt_settings(); as a superuser; or raise the floor above the data with snowflake_resume_above()."),
+                .hint("If the system clock is certainly later than every ID this server's data holds, run SELECT snowflake_adopt_settings(); as a superuser to start a new state from the clock."),
         ),
         _ => REFUSAL.lock().unwrap_or_else(|e| e.into_inner()).clone(),
     };
     Some(f.unwrap_or_else(|| Failure::new(Class::NotReady, "snowflake_id generation is refused")))
+}
+
+/// The newest mark known under the current settings (refused otherwise).
+fn known_mark(st: &State) -> Option<u64> {
+    Some(st.mark_tick.load(Ordering::Relaxed)).filter(|m| *m != crate::shmem::NO_MARK)
 }
 
 /// Whether this server is in recovery (a standby, or not yet promoted).
@@ -314,7 +330,7 @@ pub fn extend(
                 0
             }
         };
-        let mark = reservation.target(&st.gen, lim, now_tick, through_tick);
+        let mark = reservation.next_mark(&st.gen, lim, now_tick, through_tick, known_mark(st));
         let w = write(st, cfg, mark)?;
         let counter = match trigger {
             Trigger::Caller { .. } => &st.counters.caller_writes,
@@ -364,12 +380,14 @@ fn publish(st: &State, w: Written) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Whether the background writer should log the mark again: the newest
-/// checkpoint's redo starts after the last mark this server logged.
+/// Whether the background writer should log the mark again: recovery from
+/// the newest checkpoint would not replay the last mark this server logged.
+/// Recovery starts *at* the redo pointer, and a record ending exactly there
+/// (the last record before an otherwise idle checkpoint) is not replayed.
 pub fn relog_due(st: &State) -> bool {
     wal::enabled()
         && st.mark_generation.load(Ordering::Relaxed) != 0
-        && st.logged_lsn.load(Ordering::Relaxed) < wal::redo_start()
+        && st.logged_lsn.load(Ordering::Relaxed) <= wal::redo_start()
 }
 
 fn require_superuser(function: &str) -> Result<(), Failure> {
@@ -470,7 +488,7 @@ pub fn resume_above(st: &State, cfg: &Config, lim: &Limits, id: i64) -> Result<S
         settle(st, cfg, lim);
         st.gen.raise_floor(tick, lim.sequence_bits);
         let reservation = Reservation::for_layout(layout);
-        let mark = reservation.target(&st.gen, lim, now_tick, tick + 1);
+        let mark = reservation.next_mark(&st.gen, lim, now_tick, tick + 1, known_mark(st));
         write(st, cfg, mark)
     })?;
     publish(st, w)?;

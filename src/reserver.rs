@@ -74,6 +74,11 @@ unsafe extern "C-unwind" {
 /// Set by SIGTERM (a shutdown, or an administrator's kill).
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 
+/// Whether this process is the background writer and was told to stop.
+pub fn terminating() -> bool {
+    TERMINATE.load(Ordering::Relaxed)
+}
+
 /// SIGTERM: what Postgres's `die` does to end waits inside Postgres (a
 /// synchronous standby's, say), plus a flag of our own so the loop can
 /// exit quietly instead of with a FATAL at every shutdown.

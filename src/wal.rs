@@ -104,56 +104,54 @@ pub fn latest_replayed_commit_ms() -> Option<i64> {
     (t != 0).then(|| crate::clock::unix_us(t).div_euclid(1000))
 }
 
-/// Which position of `WalSndCtl->lsn` the current `synchronous_commit`
-/// waits for, when synchronous replication is in effect at all.
-fn sync_mode() -> Option<usize> {
-    use pg_sys::SyncCommitLevel::*;
+/// Whether marks must wait for synchronous standbys: wherever
+/// `synchronous_standby_names` names any. A server-wide decision on purpose:
+/// a session's own `synchronous_commit` (which any user may turn off) must
+/// not publish a mark other sessions' IDs then rely on.
+fn sync_standbys_named() -> bool {
     // SAFETY: settings of this process, read on its one thread.
     unsafe {
         let names = pg_sys::SyncRepStandbyNames;
-        if pg_sys::max_wal_senders == 0 || names.is_null() || *names == 0 {
-            return None;
-        }
-        // As SyncRepWaitForLSN(lsn, false) waits: remote_apply is capped at
-        // remote flush (a promoted standby replays all it flushed anyway).
-        match pg_sys::synchronous_commit as u32 {
-            SYNCHRONOUS_COMMIT_REMOTE_WRITE => Some(0),
-            SYNCHRONOUS_COMMIT_REMOTE_FLUSH | SYNCHRONOUS_COMMIT_REMOTE_APPLY => Some(1),
-            _ => None,
-        }
+        pg_sys::max_wal_senders > 0 && !names.is_null() && *names != 0
     }
 }
 
-/// Waits until the synchronous standbys confirmed WAL through `lsn`, where
-/// `synchronous_standby_names` asks for them; returns at once otherwise.
-/// Returns how long it waited (µs), if it waited.
+/// Waits until the synchronous standbys have flushed WAL through `lsn`,
+/// where `synchronous_standby_names` asks for them; returns at once
+/// otherwise. Returns how long it waited (µs), if it waited.
+///
+/// Cancel and `statement_timeout` end the wait with their error; the
+/// background writer's SIGTERM ends it with a failure. Either way the mark
+/// stays unpublished.
 pub fn confirm(lsn: Option<u64>) -> Result<Option<u64>, Failure> {
-    let (Some(lsn), Some(mode)) = (lsn, sync_mode()) else {
+    let Some(lsn) = lsn.filter(|_| sync_standbys_named()) else {
         return Ok(None);
     };
     let started = Instant::now();
-    // SAFETY: called outside any lock of ours, by a process with a PGPROC;
-    // Postgres's own wait handles cancel, termination and reloads.
-    let confirmed = unsafe {
-        // HOLD_INTERRUPTS, as at commit: the wait checks cancel and
-        // termination itself, and must not be left by a longjmp.
-        pg_sys::InterruptHoldoffCount += 1;
-        pg_sys::SyncRepWaitForLSN(lsn, false);
-        pg_sys::InterruptHoldoffCount -= 1;
-        // WalSndCtl lives as long as the server; the position only grows.
-        std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[mode]) >= lsn
-    };
-    if !confirmed {
-        // A termination ends the process here; a cancel was already reported.
+    loop {
+        // SAFETY: WalSndCtl lives as long as the server; the flush position
+        // synchronous standbys confirmed only grows, and an aligned 8-byte
+        // read is atomic.
+        let confirmed = unsafe { std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[1]) };
+        if confirmed >= lsn {
+            return Ok(Some(started.elapsed().as_micros() as u64));
+        }
+        if crate::reserver::terminating() {
+            return Err(Failure::new(
+                Class::NotReady,
+                "stopped waiting for the synchronous standby to confirm the durable mark",
+            ));
+        }
         pgrx::check_for_interrupts!();
-        return Err(Failure::new(
-            Class::NotReady,
-            "the synchronous standby did not confirm the durable mark",
-        )
-        .detail("The wait was cancelled, or synchronous replication was switched off during it; IDs under a mark no standby confirmed are not issued.")
-        .hint("Try again; if the synchronous standby is gone, fix replication or change synchronous_standby_names."));
+        // Not in Postgres's syncrep queue, so nobody wakes us: poll. Marks
+        // move a few times a second at most; a millisecond is cheap.
+        let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+        // SAFETY: waiting on this process's own latch.
+        unsafe {
+            pg_sys::WaitLatch(pg_sys::MyLatch, events as i32, 1, pg_sys::PG_WAIT_EXTENSION);
+            pg_sys::ResetLatch(pg_sys::MyLatch);
+        }
     }
-    Ok(Some(started.elapsed().as_micros() as u64))
 }
 
 /// The record's bytes, if it is a mark record of this format.

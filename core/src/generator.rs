@@ -406,6 +406,22 @@ impl Reservation {
         base.saturating_add(self.window_ticks).min(lim.last_tick)
     }
 
+    /// The mark to write: [`Reservation::target`], but never below `written`,
+    /// the newest mark already written (a write whose publication another
+    /// process may still be waiting for must not be undone by a later,
+    /// lower one).
+    pub fn next_mark(
+        &self,
+        shared: &Shared,
+        lim: &Limits,
+        now_tick: u64,
+        through_tick: u64,
+        written: Option<u64>,
+    ) -> u64 {
+        let t = self.target(shared, lim, now_tick, through_tick);
+        written.map_or(t, |w| t.max(w))
+    }
+
     /// Whether a background writer should move the mark now: when IDs were
     /// issued since it last looked (`active`) and less than half a window is
     /// left ahead of the newest tick in use. An idle server writes nothing;
@@ -822,6 +838,24 @@ mod tests {
             })
         );
         assert!(res.due(&sh, &lim, 11_000, true));
+    }
+
+    #[test]
+    fn a_later_write_never_lowers_the_mark() {
+        let layout = Layout::by_name("js53").unwrap();
+        let lim = Policy::new(&layout, 10_000, 1000).unwrap().limits();
+        let res = Reservation::for_layout(&layout);
+        let sh = Shared::resume(Some(100), layout.sequence_bits());
+        // A caller ran ten ticks ahead and wrote a mark it has not published yet.
+        let written = res.next_mark(&sh, &lim, 100, 110, None);
+        assert_eq!(written, 112);
+        // The writer looks with the clock at 101 and the old published bound.
+        assert_eq!(
+            res.target(&sh, &lim, 101, 0),
+            103,
+            "the bare target would go back"
+        );
+        assert_eq!(res.next_mark(&sh, &lim, 101, 0, Some(written)), 112);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn decide(stored: &Stored, layout: &Layout, worker_id: u32, path: &str) -> R
             Failure::new(Class::Corrupted, format!("the durable state file \"{path}\" is damaged: {why}"))
                 .detail("Without it, IDs issued before the last restart could be issued again.")
                 .hint(format!(
-                    "Restore the file from a backup; or, if the system clock is certainly later than every ID this server issued, {ADOPT_HINT} to start a new state from the clock."
+                    "If the system clock is certainly later than every ID this server issued, {ADOPT_HINT} to start a new state from the clock. Do not put back an older copy of the file: it would resume below IDs already issued."
                 )),
         ),
         Stored::Valid(rec) if rec.identity != Identity::of(layout) => Resume::Refused(
