@@ -42,14 +42,6 @@ def load(srv, seconds, sessions):
     return sum(counts) / (time.time() - started)
 
 
-def our_wal(srv, start, end):
-    if not srv.one("SELECT %s::pg_lsn < %s::pg_lsn", (start, end)):
-        return 0, 0
-    return srv.sql(
-        "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
-        " WHERE resource_manager = 'snowflake_id'", (start, end))[0]
-
-
 def status(srv):
     return srv.sql("SELECT mark_writes + mark_writes_by_callers, standby_waits,"
                    " extract(epoch FROM standby_wait_time) * 1e3 FROM snowflake_status")[0]
@@ -77,7 +69,7 @@ def main():
                 lsn0, st0 = p.one("SELECT pg_current_wal_flush_lsn()"), status(p)
                 rates.append(load(p, a.seconds, a.sessions))
                 lsn1, st1 = p.one("SELECT pg_current_wal_flush_lsn()"), status(p)
-                r, b = our_wal(p, lsn0, lsn1)
+                r, b = p.mark_wal(lsn0, lsn1)
                 recs.append(r / a.seconds)
                 nbytes.append(b / a.seconds)
                 writes.append(st1[0] - st0[0])
@@ -93,7 +85,7 @@ def main():
         lsn0, st0 = p.one("SELECT pg_current_wal_flush_lsn()"), status(p)
         time.sleep(a.idle)
         lsn1, st1 = p.one("SELECT pg_current_wal_flush_lsn()"), status(p)
-        idle_records, idle_bytes = our_wal(p, lsn0, lsn1)
+        idle_records, idle_bytes = p.mark_wal(lsn0, lsn1)
 
         s = Server("bench-repl-standby", copy_of=p, standby=True)
         s.start()

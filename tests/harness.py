@@ -175,6 +175,15 @@ class Server:
             assert time.time() < deadline, what or f"timed out waiting for: {query}"
             time.sleep(0.1)
 
+    def mark_wal(self, start, end):
+        """(records, bytes) of snowflake_id's WAL resource manager between two
+        LSNs (needs the pg_walinspect extension)."""
+        if not self.one("SELECT %s::pg_lsn < %s::pg_lsn", (start, end)):
+            return 0, 0
+        return self.sql(
+            "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
+            " WHERE resource_manager = 'snowflake_id'", (start, end))[0]
+
     def children(self):
         """PIDs of the postmaster's child processes."""
         pid = self.postmaster_pid()
@@ -252,6 +261,22 @@ class Server:
     def destroy(self):
         self.stop("immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def servers():
+    """A list to put servers in: their logs are printed if the block fails,
+    and every one is destroyed afterwards."""
+    made = []
+    try:
+        yield made
+    except BaseException:
+        for s in made:
+            print(f"--- last lines of {s.log} ---\n{s.log_text()[-3000:]}")
+        raise
+    finally:
+        for s in made:
+            s.destroy()
 
 
 @contextlib.contextmanager

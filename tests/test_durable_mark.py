@@ -12,15 +12,6 @@ from harness import server
 STATE = "snowflake_id.state"
 
 
-def our_wal(srv, start, end):
-    """(records, bytes) of snowflake_id's resource manager between two LSNs."""
-    if not srv.one("SELECT %s::pg_lsn < %s::pg_lsn", (start, end)):
-        return 0, 0
-    return srv.sql(
-        "SELECT count(*), coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s)"
-        " WHERE resource_manager = 'snowflake_id'", (start, end))[0]
-
-
 def writes(srv):
     return srv.sql("SELECT mark_writes, mark_writes_by_callers FROM snowflake_status")[0]
 
@@ -36,7 +27,7 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
             while time.time() < deadline:
                 cur.execute("SELECT count(*) FROM snowflake_nextval_batch(20000)")
         lsn1 = srv.one("SELECT pg_current_wal_flush_lsn()")
-        records, nbytes = our_wal(srv, lsn0, lsn1)
+        records, nbytes = srv.mark_wal(lsn0, lsn1)
         w1 = writes(srv)
         print(f"under load, 3 s: {records} mark records, {nbytes} bytes of WAL; "
               f"mark writes {w1[0] - w0[0]} by the writer, {w1[1] - w0[1]} by callers")
@@ -48,7 +39,7 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
         mtime0 = os.stat(os.path.join(srv.data, STATE)).st_mtime_ns
         time.sleep(10)
         lsn1, w1 = srv.one("SELECT pg_current_wal_flush_lsn()"), writes(srv)
-        assert our_wal(srv, lsn0, lsn1) == (0, 0), "an idle server logged its mark"
+        assert srv.mark_wal(lsn0, lsn1) == (0, 0), "an idle server logged its mark"
         assert w1 == w0, "an idle server wrote its mark"
         assert os.stat(os.path.join(srv.data, STATE)).st_mtime_ns == mtime0
         # The first call after the idle spell works; it writes the mark itself.

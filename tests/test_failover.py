@@ -17,7 +17,7 @@ import time
 
 import psycopg2
 import pytest
-from harness import WORK, Server, _as_postgres
+from harness import WORK, Server, _as_postgres, servers
 
 LOAD_S = 1.5
 TABLE = "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz DEFAULT clock_timestamp())"
@@ -96,10 +96,11 @@ def compare(old, new, replayed=()):
     assert repeats == 0 and lost_rows == 0, f"{repeats} repeated IDs ({lost_rows} of rows the copy holds)"
 
 
-def primary(name, conf=None):
+def primary(made, name, conf=None):
     """A primary that already issued IDs: copies made from it carry a state
     file whose mark is older than the IDs it issues next, as in production."""
     p = Server(name, conf=conf)
+    made.append(p)
     p.start()
     p.sql("CREATE EXTENSION snowflake_id")
     p.sql(TABLE)
@@ -107,8 +108,9 @@ def primary(name, conf=None):
     return p
 
 
-def streaming_standby(p, name, behind_s, conf=None):
+def streaming_standby(made, p, name, behind_s, conf=None):
     s = Server(name, copy_of=p, standby=True, faketime=True, conf=conf)
+    made.append(s)
     s.set_clock(-behind_s)
     s.start()
     p.wait_for("SELECT count(*) = 1 FROM pg_stat_replication WHERE state = 'streaming'",
@@ -128,18 +130,11 @@ def check_standby_refuses(s, p):
     assert replayed > 0 and mark_ok
 
 
-def cleanup(*servers):
-    for s in servers:
-        if s is not None:
-            s.destroy()
-
-
 @pytest.mark.parametrize("behind_s", [5, 60, 3600])
 def test_failover_to_a_standby_whose_clock_is_behind(behind_s):
-    p = s = None
-    try:
-        p = primary(f"fo-{behind_s}-primary")
-        s = streaming_standby(p, f"fo-{behind_s}-standby", behind_s)
+    with servers() as made:
+        p = primary(made, f"fo-{behind_s}-primary")
+        s = streaming_standby(made, p, f"fo-{behind_s}-standby", behind_s)
         # Long enough that a copy 5 s behind reaches these IDs' times at once.
         old = Load(p, seconds=4).join()
         p.stop("immediate")
@@ -151,28 +146,18 @@ def test_failover_to_a_standby_whose_clock_is_behind(behind_s):
         assert not load.errors, load.errors[:3]
         compare(old, new, replayed)
         assert s.sql("SELECT mark_source, mark_timeline FROM snowflake_status")[0] == ("written here", 2)
-    except BaseException:
-        for srv in (p, s):
-            if srv is not None:
-                print(f"--- {srv.log} ---\n{srv.log_text()[-3000:]}")
-        raise
-    finally:
-        cleanup(p, s)
 
 
 def test_a_standby_refuses_at_any_clock_offset():
-    p = s = None
-    try:
-        p = primary("fo-offsets-primary")
-        s = streaming_standby(p, "fo-offsets-standby", 0)
+    with servers() as made:
+        p = primary(made, "fo-offsets-primary")
+        s = streaming_standby(made, p, "fo-offsets-standby", 0)
         old = Load(p, seconds=0.5).join()
         s.wait_for(f"SELECT count(*) = {len(old) + 1000} FROM t", what="the standby did not catch up")
         for offset in (-3600, 3600, 0):
             s.set_clock(offset)
             time.sleep(1.2)
             check_standby_refuses(s, p)
-    finally:
-        cleanup(p, s)
 
 
 def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
@@ -181,10 +166,9 @@ def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
     while the primary keeps going; the primary dies before it thaws. The
     sessions turn synchronous_commit off, which any user may: the wait for
     the standby is the server's, not the session's."""
-    p = s = None
-    try:
-        p = primary("fo-sync-primary")
-        s = streaming_standby(p, "fo-sync-standby", 60)
+    with servers() as made:
+        p = primary(made, "fo-sync-primary")
+        s = streaming_standby(made, p, "fo-sync-standby", 60)
         p.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         p.sql("SELECT pg_reload_conf()")
         p.wait_for("SELECT sync_state = 'sync' FROM pg_stat_replication", what="the standby is not synchronous")
@@ -205,13 +189,6 @@ def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
         assert not new_load.errors, new_load.errors[:3]
         compare(old, new)
         assert waits > 0, "no mark waited for the synchronous standby"
-    except BaseException:
-        for srv in (p, s):
-            if srv is not None:
-                print(f"--- {srv.log} ---\n{srv.log_text()[-3000:]}")
-        raise
-    finally:
-        cleanup(p, s)
 
 
 def copy_state_file_first(p, seconds):
@@ -244,12 +221,12 @@ def copy_state_file_first(p, seconds):
 
 
 def test_a_restored_base_backup_with_its_clock_behind():
-    p = b = None
-    try:
-        p = primary("bb-primary")
+    with servers() as made:
+        p = primary(made, "bb-primary")
         load = Load(p, seconds=3)
         time.sleep(0.3)
         b = Server("bb-copy", copy_of=p, faketime=True, copy_with=copy_state_file_first(p, 1.5))
+        made.append(b)
         old = load.join()
         p.stop("immediate")
         b.set_clock(-11)
@@ -265,24 +242,17 @@ def test_a_restored_base_backup_with_its_clock_behind():
         compare(replayed, new, replayed)
         print(f"after the backup: {len(set(old) & set(new))} of the original's later IDs repeated")
         assert "runs on a copy of another server's data (it started with backup_label" in b.log_text()
-    except BaseException:
-        for srv in (p, b):
-            if srv is not None:
-                print(f"--- {srv.log} ---\n{srv.log_text()[-3000:]}")
-        raise
-    finally:
-        cleanup(p, b)
 
 
 def test_point_in_time_recovery_with_its_clock_behind():
     archive = os.path.join(WORK, "pitr-archive")
-    p = r = None
-    try:
-        os.makedirs(archive, exist_ok=True)
-        _as_postgres(["chmod", "777", archive], check=False)
+    with servers() as made:
+        shutil.rmtree(archive, ignore_errors=True)
+        os.makedirs(archive)
         os.chmod(archive, 0o777)
-        p = primary("pitr-primary", conf={"archive_mode": "on", "archive_command": f"'cp %p {archive}/%f'"})
+        p = primary(made, "pitr-primary", conf={"archive_mode": "on", "archive_command": f"'cp %p {archive}/%f'"})
         r = Server("pitr-copy", copy_of=p, faketime=True)  # the base backup, before the load
+        made.append(r)
         load = Load(p, seconds=3)
         time.sleep(2)
         p.sql("SELECT pg_create_restore_point('middle')")
@@ -305,19 +275,12 @@ def test_point_in_time_recovery_with_its_clock_behind():
         new = new_load.join()
         assert not new_load.errors, new_load.errors[:3]
         compare(replayed, new, replayed)
-    except BaseException:
-        for srv in (p, r):
-            if srv is not None:
-                print(f"--- {srv.log} ---\n{srv.log_text()[-3000:]}")
-        raise
-    finally:
-        cleanup(p, r)
 
 
 def test_crash_recovery_without_the_state_file():
-    srv = None
-    try:
+    with servers() as made:
         srv = Server("crash-nofile", faketime=True)
+        made.append(srv)
         srv.start()
         srv.sql("CREATE EXTENSION snowflake_id")
         srv.sql(TABLE)
@@ -338,9 +301,3 @@ def test_crash_recovery_without_the_state_file():
         assert not new_load.errors, new_load.errors[:3]
         compare(old, new)
         assert srv.one("SELECT marks_replayed FROM snowflake_status") > 0
-    except BaseException:
-        if srv is not None:
-            print(f"--- {srv.log} ---\n{srv.log_text()[-3000:]}")
-        raise
-    finally:
-        cleanup(srv)
