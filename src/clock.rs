@@ -16,6 +16,24 @@ pub fn now_ms() -> i64 {
     ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
+/// Sleeps up to `ms` milliseconds on this process's latch, the Postgres way:
+/// a signal (cancel, SIGTERM, reload) cuts it short, and the process exits
+/// if the postmaster dies. The caller checks why it woke.
+pub fn sleep_on_latch(ms: u64) {
+    use pgrx::pg_sys;
+    let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
+    // SAFETY: waiting on this process's own latch, as any backend or worker does.
+    unsafe {
+        pg_sys::WaitLatch(
+            pg_sys::MyLatch,
+            events as i32,
+            ms.min(i32::MAX as u64) as _,
+            pg_sys::PG_WAIT_EXTENSION,
+        );
+        pg_sys::ResetLatch(pg_sys::MyLatch);
+    }
+}
+
 /// Postgres `timestamptz` (microseconds since 2000-01-01) of a Unix millisecond.
 pub fn pg_timestamp(unix_ms: i64) -> i64 {
     (unix_ms - 946_684_800_000) * 1000

@@ -38,17 +38,7 @@ impl Env for Backend<'_> {
 
     fn wait_ms(&mut self, ms: u64) -> Result<(), Failure> {
         let started = Instant::now();
-        let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
-        // SAFETY: waiting on our own latch, as any backend does.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                events as i32,
-                ms.min(i32::MAX as u64) as _,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
+        clock::sleep_on_latch(ms);
         let c = &self.st.counters;
         c.waits.fetch_add(1, Ordering::Relaxed);
         c.wait_us

@@ -131,17 +131,7 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
     let mut end_warned_at: Option<i64> = None;
     let mut seen_next = st.gen.next();
     loop {
-        let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
-        // SAFETY: waiting on this process's own latch.
-        unsafe {
-            pg_sys::WaitLatch(
-                pg_sys::MyLatch,
-                events as i32,
-                PERIOD.as_millis() as _,
-                pg_sys::PG_WAIT_EXTENSION,
-            );
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
+        crate::clock::sleep_on_latch(PERIOD.as_millis() as u64);
         if TERMINATE.load(Ordering::Relaxed) {
             // SAFETY: the normal way out of a background worker.
             unsafe { pg_sys::proc_exit(1) };

@@ -145,12 +145,7 @@ pub fn confirm(lsn: Option<u64>) -> Result<Option<u64>, Failure> {
         pgrx::check_for_interrupts!();
         // Not in Postgres's syncrep queue, so nobody wakes us: poll. Marks
         // move a few times a second at most; a millisecond is cheap.
-        let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH;
-        // SAFETY: waiting on this process's own latch.
-        unsafe {
-            pg_sys::WaitLatch(pg_sys::MyLatch, events as i32, 1, pg_sys::PG_WAIT_EXTENSION);
-            pg_sys::ResetLatch(pg_sys::MyLatch);
-        }
+        crate::clock::sleep_on_latch(1);
     }
 }
 
