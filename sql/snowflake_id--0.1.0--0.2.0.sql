@@ -2,7 +2,8 @@
 -- The status gains where the mark came from (state file, WAL replay, written
 -- here), the server and timeline it belongs to, marks replayed, and waits for
 -- a synchronous standby; snowflake_resume_above(id) raises the floor above
--- data that arrived without the mark.
+-- data that arrived without the mark. The status becomes readable by
+-- monitoring roles (pg_read_all_stats, and so pg_monitor) instead of by all.
 
 \echo Use "ALTER EXTENSION snowflake_id UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -49,3 +50,7 @@ CREATE FUNCTION snowflake_resume_above(id bigint) RETURNS text
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_status TO pg_read_all_stats;

@@ -7,25 +7,9 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:85
-
--- The parts of an ID under this server's layout. STABLE: the layout is fixed
--- while the server runs, but a restart with other settings changes it.
-CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record STABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
-
--- The parts of an ID under a named layout (or a custom one that names its
--- epoch). IMMUTABLE: a named layout never changes.
-CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/status.rs:114
-
--- What this server's generator is doing. VOLATILE: every call reads live counters.
+-- src/status.rs:130
+-- What this server's generator is doing. VOLATILE: every call reads live
+-- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
     OUT worker_id integer,
     OUT layout text,
@@ -63,7 +47,23 @@ CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:42
+-- src/decode.rs:85
+
+-- The parts of an ID under this server's layout. STABLE: the layout is fixed
+-- while the server runs, but a restart with other settings changes it.
+CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record STABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
+
+-- The parts of an ID under a named layout (or a custom one that names its
+-- epoch). IMMUTABLE: a named layout never changes.
+CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:43
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -113,7 +113,7 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:196
+-- src/generate.rs:186
 -- snowflake_id::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
@@ -122,7 +122,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:225
+-- src/generate.rs:215
 -- snowflake_id::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */
@@ -133,7 +133,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:56
+-- src/lib.rs:57
 -- snowflake_id::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -144,13 +144,24 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:65
+-- src/lib.rs:66
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above
+--   snowflake_status
 
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
 REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -1,5 +1,7 @@
 //! The wall clock, read the way libfaketime and every NTP step can move it.
 
+use snowflake_id_core::layout::{INFINITY_US, NEG_INFINITY_US};
+
 /// Milliseconds since 1970-01-01 UTC by the system clock. A clock set
 /// before 1970 reads as negative, so it is caught as "before the epoch".
 #[inline]
@@ -39,10 +41,12 @@ pub fn pg_timestamp(unix_ms: i64) -> i64 {
     (unix_ms - 946_684_800_000) * 1000
 }
 
-/// Unix microseconds of a Postgres `timestamptz`, saturating the infinities.
-pub fn unix_us(pg_timestamp: i64) -> i64 {
+/// Unix microseconds of a Postgres `timestamptz`, its infinities kept apart.
+pub fn unix_us(pg_timestamp: i64) -> i128 {
+    // In i128: the latest finite timestamptz, counted from 1970, passes i64::MAX.
     match pg_timestamp {
-        i64::MAX | i64::MIN => pg_timestamp,
-        t => t.saturating_add(946_684_800_000_000),
+        i64::MAX => INFINITY_US,
+        i64::MIN => NEG_INFINITY_US,
+        t => i128::from(t) + 946_684_800_000_000,
     }
 }

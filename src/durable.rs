@@ -223,6 +223,15 @@ pub fn read_only() -> Failure {
 }
 
 /// Checks that this server may issue IDs at all (not a standby, not refused).
+/// The error the next write of the mark would meet in opening the state
+/// file (permissions, a read-only file system), if any.
+pub fn write_problem() -> Option<Failure> {
+    mark_file()
+        .check_writable()
+        .err()
+        .map(|e| io_failure("write", e))
+}
+
 pub fn may_issue(st: &State) -> Result<(), Failure> {
     if in_recovery() {
         return Err(read_only());

@@ -60,3 +60,23 @@ impl<T> OrRaise<T> for Result<T, Failure> {
         }
     }
 }
+
+/// Keeps Rust backtraces out of what clients see. pgrx's panic hook captures
+/// a backtrace for every Postgres error that passes through Rust frames and
+/// appends it to the error's DETAIL when `RUST_BACKTRACE` (or
+/// `RUST_LIB_BACKTRACE`) is set in the server's environment. The standard
+/// library reads those variables once per process and keeps the answer, so
+/// one capture with backtraces switched off, before any other, settles it
+/// for this process and every backend forked from it; the environment is
+/// then put back as it was.
+pub fn quiet_backtraces() {
+    const KEY: &str = "RUST_LIB_BACKTRACE";
+    let before = std::env::var_os(KEY);
+    // Called from _PG_init, while the process has one thread.
+    std::env::set_var(KEY, "0");
+    drop(std::backtrace::Backtrace::capture());
+    match before {
+        Some(v) => std::env::set_var(KEY, v),
+        None => std::env::remove_var(KEY),
+    }
+}

@@ -36,16 +36,16 @@ impl Env for Backend<'_> {
         self.first_reading.take().unwrap_or_else(clock::now_ms)
     }
 
-    fn wait_ms(&mut self, ms: u64) -> Result<(), Failure> {
+    fn wait_ms(&mut self, ms: u64) -> Result<u64, Failure> {
         let started = Instant::now();
         clock::sleep_on_latch(ms);
+        let waited_us = started.elapsed().as_micros() as u64;
         let c = &self.st.counters;
         c.waits.fetch_add(1, Ordering::Relaxed);
-        c.wait_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        c.wait_us.fetch_add(waited_us, Ordering::Relaxed);
         // Cancel and statement_timeout land here.
         pgrx::check_for_interrupts!();
-        Ok(())
+        Ok(waited_us)
     }
 
     fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {

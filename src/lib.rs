@@ -25,6 +25,7 @@ mod wal;
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    errors::quiet_backtraces();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         settings::define();
@@ -62,10 +63,10 @@ fn snowflake_resume_above(id: i64) -> String {
     durable::resume_above(st, cfg, &policy.limits(), id).or_raise()
 }
 
-extension_sql!(
-    "REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;\nREVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;",
-    name = "superuser_only_privileges",
-    requires = [snowflake_adopt_settings, snowflake_resume_above]
+extension_sql_file!(
+    "sql/privileges.sql",
+    name = "privileges",
+    requires = [snowflake_adopt_settings, snowflake_resume_above, "snowflake_status"]
 );
 
 #[cfg(any(test, feature = "pg_test"))]

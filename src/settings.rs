@@ -13,7 +13,7 @@
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use snowflake_id_core::config::{self, Config, RawSettings};
-use snowflake_id_core::generator::Policy;
+use snowflake_id_core::generator::{Policy, MAX_LEAD_LIMIT_MS};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::{Class, Failure};
 use std::cell::{Cell, RefCell};
@@ -28,7 +28,7 @@ static LAYOUT: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"snowflake_id"));
 static EPOCH: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"2025-01-01 00:00:00+00"));
-static MAX_LEAD: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_LEAD_MS);
+static MAX_LEAD: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_MAX_LEAD_MS);
 static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
 static WAL_RMGR_ID: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_WAL_RMGR_ID);
 
@@ -40,7 +40,7 @@ pub const DEFAULT_WAL_RMGR_ID: i32 = 166;
 /// Ten seconds: absorbs NTP step corrections and bursts of ten seconds of
 /// the layout's capacity without a wait, while the time in an ID stays
 /// within seconds of when it was made.
-pub const DEFAULT_MAX_LEAD_MS: i32 = 10_000;
+pub const DEFAULT_MAX_LEAD_MS: f64 = 10_000.0;
 /// One second: long enough to wait out one tick of the coarsest named
 /// layouts (1 s), short enough that a caller never hangs on a broken clock.
 pub const DEFAULT_MAX_WAIT_MS: i32 = 1_000;
@@ -48,10 +48,19 @@ pub const DEFAULT_MAX_WAIT_MS: i32 = 1_000;
 static SERVER_LAYOUT: OnceLock<Result<Layout, Failure>> = OnceLock::new();
 static CONFIG: OnceLock<Result<Config, Failure>> = OnceLock::new();
 
-/// Set when a wait setting's value in the configuration was rejected at
-/// start; cleared when a later reload applies a value.
-static POLICY_PROBLEM: ProcessLocal<RefCell<[Option<Failure>; 2]>> =
+/// The wait settings, in the order of `POLICY_PROBLEM`.
+const POLICY_NAMES: [&CStr; 2] = [c"snowflake_id.max_lead", c"snowflake_id.max_wait"];
+
+/// Set when a wait setting's value in the configuration was rejected (at
+/// start, or by a reload since); cleared when a reload applies a value or
+/// finds the setting gone from the configuration files. With it, whether
+/// the rejected text came from the files (rather than the command line,
+/// which no reload changes).
+static POLICY_PROBLEM: ProcessLocal<RefCell<[Option<(Failure, bool)>; 2]>> =
     ProcessLocal(RefCell::new([None, None]));
+/// The configuration load (`pg_conf_load_time()`) the problems were last
+/// worked out for.
+static PROBLEMS_SEEN_AT: ProcessLocal<Cell<pg_sys::TimestampTz>> = ProcessLocal(Cell::new(0));
 /// One bit per entry of `POLICY_PROBLEM`, so the hot path checks one word.
 static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 
@@ -83,13 +92,122 @@ fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, 
     Ok(value)
 }
 
+/// Parses a real setting the way Postgres does (with units), or says why not.
+fn parse_real_setting(text: &str, flags: i32, min: f64, max: f64) -> Result<f64, String> {
+    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
+    let mut value = 0.0;
+    let mut hint: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: parse_real only reads the string and writes the two outputs.
+    let ok = unsafe { pg_sys::parse_real(c.as_ptr(), &mut value, flags, &mut hint) };
+    if !ok {
+        let unit_hint = if hint.is_null() {
+            String::new()
+        } else {
+            format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
+        };
+        return Err(format!("it is not a valid number{unit_hint}"));
+    }
+    if !(min..=max).contains(&value) {
+        return Err(format!("it is outside the range {min} .. {max} ms"));
+    }
+    Ok(value)
+}
+
 fn clear_policy_problem(which: usize) {
-    POLICY_PROBLEM.0.borrow_mut()[which] = None;
-    ANY_POLICY_PROBLEM.fetch_and(!(1 << which), Ordering::Relaxed);
+    set_policy_problem(which, None, false);
+}
+
+fn set_policy_problem(which: usize, problem: Option<Failure>, from_files: bool) {
+    let bit = 1 << which;
+    match problem {
+        Some(_) => ANY_POLICY_PROBLEM.fetch_or(bit, Ordering::Relaxed),
+        None => ANY_POLICY_PROBLEM.fetch_and(!bit, Ordering::Relaxed),
+    };
+    POLICY_PROBLEM.0.borrow_mut()[which] = problem.map(|f| (f, from_files));
+}
+
+/// Why `text` cannot be the value of wait setting `which`, if it cannot.
+fn policy_text_problem(which: usize, text: &str) -> Option<Failure> {
+    let unit = pg_sys::GUC_UNIT_MS as i32;
+    let why = match which {
+        0 => parse_real_setting(text, unit, 0.0, MAX_LEAD_LIMIT_MS as f64).err(),
+        _ => parse_int_setting(text, unit, 0, i32::MAX).err(),
+    }?;
+    let name = POLICY_NAMES[which].to_string_lossy();
+    Some(
+        Failure::new(
+            Class::InvalidParameter,
+            format!("{name} = '{text}' in the configuration is invalid: {why}"),
+        )
+        .detail("The server did not apply it; no ID is issued until it is fixed.")
+        .hint(format!("Write it as milliseconds or with a unit, e.g. ALTER SYSTEM SET {name} = '10s'; SELECT pg_reload_conf();")),
+    )
+}
+
+/// When this process last loaded the configuration files.
+fn reload_stamp() -> pg_sys::TimestampTz {
+    // SAFETY: a plain global Postgres sets on every load of the files.
+    unsafe { pg_sys::PgReloadTime }
+}
+
+/// The last value the configuration files (postgresql.conf, its includes,
+/// then postgresql.auto.conf) give `name`, read the way a reload reads them.
+fn configured_in_files(name: &CStr) -> Option<String> {
+    let mut head: *mut pg_sys::ConfigVariable = std::ptr::null_mut();
+    let mut tail: *mut pg_sys::ConfigVariable = std::ptr::null_mut();
+    // SAFETY: ConfigFileName and DataDir are set before any library loads;
+    // ParseConfigFile reports problems at the given level (below ERROR, so
+    // it returns) and hands back a list this function frees.
+    unsafe {
+        let auto_conf = CString::new(format!(
+            "{}/postgresql.auto.conf",
+            CStr::from_ptr(pg_sys::DataDir).to_string_lossy()
+        ))
+        .ok()?;
+        let level = pg_sys::DEBUG2 as i32;
+        let main_ok = !pg_sys::ConfigFileName.is_null()
+            && pg_sys::ParseConfigFile(pg_sys::ConfigFileName, true, std::ptr::null(), 0, 0, level, &mut head, &mut tail);
+        let auto_ok = pg_sys::ParseConfigFile(auto_conf.as_ptr(), false, std::ptr::null(), 0, 0, level, &mut head, &mut tail);
+        let mut found = None;
+        let mut item = head;
+        while !item.is_null() {
+            let v = &*item;
+            if !v.ignore && !v.name.is_null() && CStr::from_ptr(v.name).to_bytes().eq_ignore_ascii_case(name.to_bytes()) {
+                found = (!v.value.is_null()).then(|| CStr::from_ptr(v.value).to_string_lossy().into_owned());
+            }
+            item = v.next;
+        }
+        pg_sys::FreeConfigVariables(head);
+        if !(main_ok && auto_ok) {
+            // The files do not parse: a reload applied nothing from them.
+            return None;
+        }
+        found
+    }
+}
+
+/// After a reload, a wait setting rejected before is judged again by what
+/// the files now say: gone means the default is what the operator wants;
+/// still invalid keeps generation refused, with the new text.
+#[cold]
+fn recheck_policy_problems() {
+    let stamp = reload_stamp();
+    if PROBLEMS_SEEN_AT.0.get() == stamp {
+        return;
+    }
+    PROBLEMS_SEEN_AT.0.set(stamp);
+    for which in 0..POLICY_NAMES.len() {
+        let from_files = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, true)));
+        if from_files {
+            let text = configured_in_files(POLICY_NAMES[which]);
+            let problem = text.as_deref().and_then(|t| policy_text_problem(which, t));
+            set_policy_problem(which, problem, true);
+        }
+    }
 }
 
 #[pgrx::pg_guard]
-unsafe extern "C-unwind" fn lead_assigned(_new: i32, _extra: *mut std::ffi::c_void) {
+unsafe extern "C-unwind" fn lead_assigned(_new: f64, _extra: *mut std::ffi::c_void) {
     clear_policy_problem(0);
 }
 
@@ -179,13 +297,16 @@ pub fn define() {
     }
     // SAFETY: the assign hooks are guarded and touch only this module's state.
     unsafe {
-        GucRegistry::define_int_guc_with_hooks(
+        // A real, not an int: in milliseconds an int ends at 24.8 days, and
+        // the way out of a forward clock jump must be settable however far
+        // the clock went.
+        GucRegistry::define_float_guc_with_hooks(
             c"snowflake_id.max_lead",
             c"How far the time inside IDs may run ahead of the system clock.",
             c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
             &MAX_LEAD,
-            0,
-            i32::MAX,
+            0.0,
+            MAX_LEAD_LIMIT_MS as f64,
             GucContext::Sighup,
             GucFlags::UNIT_MS,
             None,
@@ -207,25 +328,11 @@ pub fn define() {
         );
     }
 
-    for (i, (name, raw)) in ["snowflake_id.max_lead", "snowflake_id.max_wait"]
-        .iter()
-        .zip(raw_policy)
-        .enumerate()
-    {
-        if let Some(Err(why)) = raw
-            .as_deref()
-            .map(|t| parse_int_setting(t, pg_sys::GUC_UNIT_MS as i32, 0, i32::MAX))
-        {
-            let f = Failure::new(
-                Class::InvalidParameter,
-                format!("{name} = '{}' in the configuration is invalid: {why}", raw.unwrap_or_default()),
-            )
-            .detail("The server ignored it at start; no ID is issued until it is fixed.")
-            .hint(format!("Write it as milliseconds or with a unit, e.g. ALTER SYSTEM SET {name} = '10s'; SELECT pg_reload_conf();"));
-            POLICY_PROBLEM.0.borrow_mut()[i] = Some(f);
-            ANY_POLICY_PROBLEM.fetch_or(1 << i, Ordering::Relaxed);
-        }
+    for (i, raw) in raw_policy.into_iter().enumerate() {
+        let from_files = raw.is_some() && configured_in_files(POLICY_NAMES[i]) == raw;
+        set_policy_problem(i, raw.as_deref().and_then(|t| policy_text_problem(i, t)), from_files);
     }
+    PROBLEMS_SEEN_AT.0.set(reload_stamp());
 
     let worker_id = match raw_worker
         .as_deref()
@@ -252,6 +359,23 @@ pub fn define() {
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1)));
     let _ = CONFIG.set(worker_id.and_then(|w| config::configure(&raw(w))));
+    reserve_prefix();
+}
+
+/// Makes Postgres warn about (in the server log, at start) and drop every
+/// other `snowflake_id.*` name: a misspelt setting must not leave a default
+/// quietly in force.
+fn reserve_prefix() {
+    // SAFETY: called in _PG_init after every setting of the prefix is defined.
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    unsafe {
+        pg_sys::MarkGUCPrefixReserved(c"snowflake_id".as_ptr());
+    }
+    // Before 15 Postgres can only warn; the names stay as placeholders.
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    unsafe {
+        pg_sys::EmitWarningsOnPlaceholders(c"snowflake_id".as_ptr());
+    }
 }
 
 fn string_setting(s: &GucSetting<Option<CString>>) -> String {
@@ -314,27 +438,28 @@ pub fn cached_policy() -> Option<Policy> {
     POLICY.0.get()
 }
 
-/// The two settings a policy is made from, as one comparable word.
+/// The two settings a policy is made from, as one comparable value.
 #[inline]
-fn policy_key() -> u64 {
+fn policy_key() -> (u64, i32) {
     // SAFETY: Postgres writes these on this process's one thread, between
     // statements; read raw, as GucSetting::get would, minus its per-call
     // thread check (a TLS lookup on the path of every ID).
     let (lead, wait) = unsafe { (*MAX_LEAD.as_ptr(), *MAX_WAIT.as_ptr()) };
-    (u64::from(lead as u32) << 32) | u64::from(wait as u32)
+    (lead.to_bits(), wait)
 }
 
 #[cold]
 #[inline(never)]
-fn policy_fresh(layout: &Layout, key: u64) -> Result<Policy, Failure> {
+fn policy_fresh(layout: &Layout, key: (u64, i32)) -> Result<Policy, Failure> {
     if ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
-        if let Some(f) = POLICY_PROBLEM.0.borrow().iter().flatten().next().cloned() {
+        recheck_policy_problems();
+        if let Some((f, _)) = POLICY_PROBLEM.0.borrow().iter().flatten().next().cloned() {
             return Err(f);
         }
     }
     let p = Policy::new(
         layout,
-        MAX_LEAD.get().max(0) as u64,
+        MAX_LEAD.get().round().max(0.0) as u64,
         MAX_WAIT.get().max(0) as u64,
     )?;
     POLICY.0.set(Some(p));
@@ -344,6 +469,6 @@ fn policy_fresh(layout: &Layout, key: u64) -> Result<Policy, Failure> {
 
 /// The checked policy and the settings it was made from. The layout it was
 /// checked against is fixed for the server's life. No pair of settings
-/// makes the initial key (both would have to be -1).
+/// makes the initial key (max_wait is never negative).
 static POLICY: ProcessLocal<Cell<Option<Policy>>> = ProcessLocal(Cell::new(None));
-static POLICY_KEY: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(u64::MAX));
+static POLICY_KEY: ProcessLocal<Cell<(u64, i32)>> = ProcessLocal(Cell::new((0, -1)));

@@ -299,8 +299,10 @@ mod tests {
             "SELECT ids_issued, last_id, problem FROM snowflake_status",
         )
         .unwrap();
-        assert_eq!(issued, Some(before + 5000));
-        assert_eq!(last_id, Some(last));
+        // Other tests issue IDs on this server at the same time: exact counts
+        // are checked on servers of their own (tests/test_concurrency.py).
+        assert!(issued.unwrap() >= before + 5000);
+        assert!(last_id.unwrap() >= last);
         assert_eq!(problem, None);
         let (worker, layout, pid) = Spi::get_three::<i32, String, i32>(
             "SELECT worker_id, layout, reserver_pid FROM snowflake_status",

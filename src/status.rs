@@ -6,10 +6,11 @@ use crate::durable;
 use crate::generate::shared_state;
 use crate::record::{finfo_v1, row};
 use crate::settings;
-use crate::shmem::{MarkSource, NO_MARK};
+use crate::shmem::{MarkSource, State, NO_MARK};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::generator::time_problem;
+use snowflake_id_core::Failure;
 use std::sync::atomic::Ordering;
 
 fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
@@ -26,6 +27,31 @@ fn count(n: u64) -> Option<pg_sys::Datum> {
     Some(pg_sys::Datum::from(n as i64))
 }
 
+/// Why the next call would fail, checked in the order a call meets them
+/// (so it is the error that call would raise); when a call would succeed,
+/// what is degraded; `None` when nothing is.
+fn problem(st: &State, now: i64) -> Option<String> {
+    let failure = || -> Result<(), Failure> {
+        // Recovery first, whatever the clock or the settings say.
+        if durable::in_recovery() {
+            return Err(durable::read_only());
+        }
+        let cfg = settings::config()?;
+        let policy = settings::policy(&cfg.layout)?;
+        if let Some(f) = time_problem(&st.gen, &cfg.layout, &policy, now) {
+            return Err(f);
+        }
+        durable::may_issue(st)?;
+        durable::write_problem().map_or(Ok(()), Err)
+    };
+    if let Err(f) = failure() {
+        return Some(f.message);
+    }
+    (st.reserver_pid.load(Ordering::Relaxed) == 0).then(|| {
+        "the background writer (snowflake_id reserver) is not running; IDs are still issued, each caller that needs the durable mark moved writes it".to_string()
+    })
+}
+
 finfo_v1!(pg_finfo_snowflake_status);
 /// One row describing this server's generator.
 #[pg_guard]
@@ -37,17 +63,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let now = now_ms();
     let layout = settings::server_layout().ok();
     let cfg = settings::config();
-    // In the order a call meets them: recovery first, whatever the clock says.
-    let problem = if durable::in_recovery() {
-        Some(durable::read_only().message)
-    } else {
-        cfg.clone()
-            .and_then(|c| settings::policy(&c.layout).map(|p| (c, p)))
-            .and_then(|(c, p)| durable::may_issue(st).map(|_| (c, p)))
-            .map(|(c, p)| time_problem(&st.gen, &c.layout, &p, now))
-            .unwrap_or_else(Some)
-            .map(|f| f.message)
-    };
+    let problem = problem(st, now);
     let issued = st.issued();
     let c = &st.counters;
     let last = match (layout, issued) {
@@ -111,43 +127,4 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     unsafe { row(fcinfo, &values) }
 }
 
-extension_sql!(
-    r#"
--- What this server's generator is doing. VOLATILE: every call reads live counters.
-CREATE FUNCTION snowflake_status(
-    OUT worker_id integer,
-    OUT layout text,
-    OUT epoch timestamptz,
-    OUT problem text,
-    OUT last_id bigint,
-    OUT last_id_time timestamptz,
-    OUT lead interval,
-    OUT largest_lead interval,
-    OUT durable_mark timestamptz,
-    OUT durable_mark_written_at timestamptz,
-    OUT mark_source text,
-    OUT mark_system_identifier bigint,
-    OUT mark_timeline bigint,
-    OUT marks_replayed bigint,
-    OUT ids_issued bigint,
-    OUT ticks_borrowed bigint,
-    OUT clock_steps_back bigint,
-    OUT largest_clock_step_back interval,
-    OUT waits bigint,
-    OUT wait_time interval,
-    OUT errors bigint,
-    OUT mark_writes bigint,
-    OUT mark_writes_by_callers bigint,
-    OUT standby_waits bigint,
-    OUT standby_wait_time interval,
-    OUT layout_ends timestamptz,
-    OUT time_left interval,
-    OUT reserver_pid integer,
-    OUT started_at timestamptz)
-RETURNS record VOLATILE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
-
-CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
-"#,
-    name = "snowflake_status"
-);
+extension_sql_file!("sql/status.sql", name = "snowflake_status");

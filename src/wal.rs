@@ -101,7 +101,7 @@ pub fn origin() -> (u64, u32) {
 pub fn latest_replayed_commit_ms() -> Option<i64> {
     // SAFETY: reads recovery's shared state.
     let t = unsafe { pg_sys::GetLatestXTime() };
-    (t != 0).then(|| crate::clock::unix_us(t).div_euclid(1000))
+    (t != 0).then(|| crate::clock::unix_us(t).div_euclid(1000) as i64)
 }
 
 /// Whether marks must wait for synchronous standbys: wherever

@@ -47,11 +47,14 @@ class Server:
     faketime: run it under libfaketime, its clock offset set by set_clock().
     """
 
-    def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None):
+    def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None,
+                 env=None):
         """copy_of: a running Server to base-backup instead of running initdb
         (standby=True makes the copy a streaming standby of it; copy_with(data_dir)
-        makes the copy itself instead of pg_basebackup)."""
+        makes the copy itself instead of pg_basebackup). env: extra environment
+        variables for the server's processes."""
         self.name = name
+        self.extra_env = dict(env or {})
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
         self.log = os.path.join(self.dir, "server.log")
@@ -139,8 +142,9 @@ class Server:
 
     def env(self):
         if not self.faketime:
-            return {}
+            return dict(self.extra_env)
         return {
+            **self.extra_env,
             "LD_PRELOAD": FAKETIME_LIB,
             "FAKETIME_TIMESTAMP_FILE": self.clock_file,
             "FAKETIME_CACHE_DURATION": "1",

@@ -10,7 +10,9 @@ BATCH = 1_000_000
 
 
 def test_ten_million_ids_through_a_53_bit_layout_are_unique_exact_and_never_too_far_ahead():
-    conf = {"snowflake_id.layout": f"'{LAYOUT}'", "snowflake_id.max_lead": "'1s'"}
+    # A batch of a million is two seconds of this layout: beyond max_lead it
+    # waits for the clock, and max_wait bounds all of one call's waits.
+    conf = {"snowflake_id.layout": f"'{LAYOUT}'", "snowflake_id.max_lead": "'1s'", "snowflake_id.max_wait": "'5s'"}
     with server("bulk", conf=conf) as srv:
         cur = srv.connect().cursor()
         previous_max = -1

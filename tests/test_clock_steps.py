@@ -1,5 +1,6 @@
 """The system clock stepping backwards under a running server (libfaketime)."""
 
+import re
 import threading
 import time
 
@@ -109,3 +110,29 @@ def test_a_step_back_beyond_max_lead_waits_or_errors_as_documented(clocked):
     cur.execute("SELECT snowflake_nextval()")
     third = cur.fetchone()[0]
     assert third > second
+
+
+def test_a_forward_jump_of_forty_days_has_a_way_out_that_works(clocked):
+    """An int setting in ms ends at 24.8 days; the hint must be one the
+    setting takes, however far the clock went."""
+    srv = clocked
+    srv.set_clock(40 * 86400)
+    time.sleep(STEP_SETTLE)
+    ahead = srv.one("SELECT snowflake_nextval()")
+    srv.set_clock(0)
+    time.sleep(STEP_SETTLE)
+    state, message, hint = srv.error("SELECT snowflake_nextval()")
+    assert state == "55000", (state, message)
+    # Days: more than an int of milliseconds (24.8 days) can hold.
+    assert re.search(r"snowflake_id.max_lead = '4[01]d'", hint), hint
+    assert srv.one("SELECT problem FROM snowflake_status") == message
+    # Follow the hint to the letter.
+    statement = hint[hint.index("ALTER SYSTEM"):]
+    before = srv.one("SELECT pg_conf_load_time()")
+    srv.sql(statement.split(";")[0])
+    srv.sql("SELECT pg_reload_conf()")
+    srv.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
+    assert srv.one("SHOW snowflake_id.max_lead") in ("40d", "41d")
+    after = srv.one("SELECT snowflake_nextval()")
+    assert after > ahead
+    assert srv.one("SELECT problem FROM snowflake_status") is None

@@ -4,7 +4,9 @@ Shared memory does not survive a restart or a backend crash (the postmaster
 reinitialises it), so these tests prove the durable high-water mark.
 """
 
+import os
 import random
+import signal
 import threading
 import time
 
@@ -125,3 +127,22 @@ def test_clean_restart_with_the_clock_stepped_back():
         assert min(after) > max(before)
         lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_status")
         assert 500 < lead <= 3600, f"IDs should run ~10 min ahead of the stepped-back clock, not {lead} s"
+
+
+def test_the_background_writer_comes_back_after_sigterm_and_its_absence_shows():
+    with server("reserver-term") as srv:
+        old = srv.one("SELECT reserver_pid FROM snowflake_status")
+        assert old and srv.one("SELECT problem FROM snowflake_status") is None
+        os.kill(old, signal.SIGTERM)
+        # Absent: the status says so while it is (the postmaster waits a
+        # second before it starts the writer again), and IDs still come.
+        srv.wait_for("SELECT reserver_pid IS NULL FROM snowflake_status", timeout=10)
+        problem = srv.one("SELECT problem FROM snowflake_status")
+        assert problem.startswith("the background writer (snowflake_id reserver) is not running"), problem
+        assert srv.one("SELECT snowflake_nextval()") > 0
+        srv.wait_for("SELECT reserver_pid IS NOT NULL FROM snowflake_status", timeout=30,
+                     what="the postmaster did not restart the background writer")
+        new = srv.one("SELECT reserver_pid FROM snowflake_status")
+        assert new != old and os.path.exists(f"/proc/{new}")
+        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert f"(PID {old}) exited with exit code 1" in srv.log_text()

@@ -70,6 +70,8 @@ def test_the_last_tick_ends_generation_with_an_error_never_a_wrap():
             (max(ids), min(ids)),
         )[0]
         assert last_ts < datetime.timedelta(seconds=3), last_ts
+        # The first IDs were made at the clock, not borrowed from its future.
+        assert datetime.timedelta(seconds=-60) < first_ts <= datetime.timedelta(0), first_ts
         # Past the end: still an error, never a small ID again.
         time.sleep(3.5)
         for query in ("SELECT snowflake_nextval()", "SELECT snowflake_nextval_batch(1)"):

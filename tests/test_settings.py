@@ -2,10 +2,12 @@
 the setting, never a silent fallback, and never a stopped server."""
 
 import os
+import re
 import time
 
 import pytest
-from harness import Server, server
+import psycopg2
+from harness import server
 
 
 def restart_with(srv, **conf):
@@ -128,4 +130,104 @@ def test_adopt_is_refused_to_non_superusers():
             cur.execute("SELECT snowflake_adopt_settings()")
         assert e.value.pgcode == "42501"
         conn.close()
-        assert Server  # the harness module is what starts these servers
+
+
+def test_the_status_is_for_monitoring_roles_through_view_and_function_alike():
+    with server("settings-status-privilege") as srv:
+        srv.sql("CREATE ROLE watcher LOGIN IN ROLE pg_monitor")
+        srv.sql("CREATE ROLE app LOGIN")
+        srv.one("SELECT snowflake_nextval()")
+        for role, allowed in [("watcher", True), ("app", False)]:
+            for query in ["SELECT worker_id FROM snowflake_status", "SELECT worker_id FROM snowflake_status()"]:
+                conn = srv.connect()
+                cur = conn.cursor()
+                cur.execute(f"SET ROLE {role}")
+                try:
+                    cur.execute(query)
+                    assert allowed, f"{role} read {query}"
+                    assert cur.fetchone()[0] == 1
+                except psycopg2.Error as e:
+                    assert not allowed and e.pgcode == "42501", (role, query, e.pgcode, e)
+                conn.close()
+
+
+def test_misspelt_settings_are_reported_at_start_and_removed():
+    conf = {"snowflake_id.layuot": "'js53'", "snowflake_id.max_leed": "'1h'"}
+    with server("settings-misspelt", conf=conf) as srv:
+        log = srv.log_text()
+        for name in ["snowflake_id.layuot", "snowflake_id.max_leed"]:
+            assert f'WARNING:  invalid configuration parameter name "{name}", removing it' in log, log[-2000:]
+        assert srv.one("SHOW snowflake_id.layout") == "snowflake_id"
+        state, message, _ = srv.error("SHOW snowflake_id.layuot")
+        assert state == "42704", (state, message)
+        # Nobody can create one later either.
+        state, message, _ = srv.error("SET snowflake_id.anything = 1")
+        assert state == "42602" and "invalid configuration parameter name" in message, (state, message)
+
+
+def reload_and_wait(srv):
+    before = srv.one("SELECT pg_conf_load_time()")
+    srv.reload()
+    srv.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
+
+
+def test_a_bad_wait_setting_is_refused_until_a_reload_fixes_it():
+    with server("settings-reload", conf={"snowflake_id.max_lead": "'garbage'"}) as srv:
+        expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'garbage' in the configuration is invalid")
+        # A reload that leaves it (or another bad value) in place changes nothing.
+        reload_and_wait(srv)
+        expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'garbage'")
+        srv.set_conf(**{"snowflake_id.max_lead": "'junk'"})
+        reload_and_wait(srv)
+        expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'junk'")
+        assert "'junk'" in srv.one("SELECT problem FROM snowflake_status")
+        # Removing the line and reloading is enough: the default is what remains.
+        srv.set_conf(**{"snowflake_id.max_lead": None})
+        reload_and_wait(srv)
+        assert srv.one("SHOW snowflake_id.max_lead") == "10s"
+        assert srv.one("SELECT snowflake_nextval()") > 0
+        assert srv.one("SELECT problem FROM snowflake_status") is None
+        # A bad value given through ALTER SYSTEM, fixed through ALTER SYSTEM.
+        srv.stop()
+        with open(f"{srv.data}/postgresql.auto.conf", "a") as f:
+            f.write("snowflake_id.max_wait = 'forever'\n")
+        srv.start()
+        expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_wait = 'forever'")
+        srv.sql("ALTER SYSTEM SET snowflake_id.max_wait = '2s'")
+        reload_and_wait(srv)
+        assert srv.one("SELECT snowflake_nextval()") > 0
+
+
+def test_problem_is_the_error_the_next_call_raises():
+    with server("settings-problem") as srv:
+        srv.one("SELECT max(i) FROM snowflake_nextval_batch(1000) i")
+        for conf, state, part in [
+            ({"snowflake_id.layout": "'baidu'"}, "2200H", "has run out of time"),
+            ({"snowflake_id.layout": None, "snowflake_id.epoch": "'2099-01-01 00:00:00+00'"}, "22023", "before the epoch"),
+            ({"snowflake_id.epoch": "'-9223372036854775808'"}, "22023", "before the earliest time a timestamptz can hold"),
+            ({"snowflake_id.epoch": None, "snowflake_id.layout": "'twitter'"}, "55000", "were issued under"),
+        ]:
+            restart_with(srv, **conf)
+            problem = srv.one("SELECT problem FROM snowflake_status")
+            got, message, _ = srv.error("SELECT snowflake_nextval()")
+            # The same error, but for the clock reading some messages quote.
+            clock = re.compile(r"the system clock reads [^,]*,")
+            assert (got, clock.sub("", message)) == (state, clock.sub("", problem)), (conf, got, message, problem)
+            assert part in message, message
+
+        # A state file that cannot be written: the problem shows at once, and
+        # is what the first call that must move the mark raises.
+        restart_with(srv, **{"snowflake_id.layout": None})
+        srv.one("SELECT snowflake_nextval()")
+        path = f"{srv.data}/snowflake_id.state"
+        os.chmod(path, 0o444)
+        try:
+            problem = srv.one("SELECT problem FROM snowflake_status")
+            assert problem.startswith('could not write the durable state file'), problem
+            srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_status", timeout=30)
+            got, message, _ = srv.error("SELECT snowflake_nextval()")
+            assert (got, message) == ("58030", problem)
+        finally:
+            os.chmod(path, 0o600)
+        assert srv.one("SELECT snowflake_nextval()") > 0
+        assert srv.one("SELECT problem FROM snowflake_status") is None

@@ -30,5 +30,22 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         assert srv.one("SELECT mark_source FROM snowflake_status") == "written here"
         assert "every new ID is above" in srv.one("SELECT snowflake_resume_above(max(id)) FROM t")
         assert srv.one("SELECT has_function_privilege('public', 'snowflake_resume_above(bigint)', 'EXECUTE')") is False
+        # An updated extension is the same as a fresh install: functions, their
+        # attributes and who may use them, and the status view's privileges.
+        srv.sql("CREATE DATABASE fresh")
+        fresh = srv.connect(dbname="fresh")
+        fresh.cursor().execute("CREATE EXTENSION snowflake_id")
+        fresh.close()
+        catalog = """
+            SELECT p.oid::regprocedure::text, provolatile, proisstrict, proparallel, coalesce(proacl::text, '')
+            FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
+            UNION ALL SELECT relname, '', false, '', relacl::text FROM pg_class WHERE relname = 'snowflake_status'
+            ORDER BY 1"""
+        updated = srv.sql(catalog)
+        with srv.connect(dbname="fresh") as conn, conn.cursor() as cur:
+            cur.execute(catalog)
+            assert updated == cur.fetchall()
+        assert any("pg_read_all_stats" in row[4] for row in updated), updated
     finally:
         srv.destroy()

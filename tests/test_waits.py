@@ -6,6 +6,7 @@ import time
 
 import psycopg2
 import psycopg2.errors
+import pytest
 from harness import server
 
 # Four IDs a second and no lead: a batch of 1000 has to wait about 250 s.
@@ -69,3 +70,77 @@ def test_statement_timeout_and_cancel_end_a_wait_for_the_clock_which_sleeps():
         waits = srv.one("SELECT waits FROM snowflake_status")
         assert waits >= 2
         print(f"waited and cancelled: statement_timeout after {took:.2f} s; {cpu_used:.3f} s CPU in 2 s of waiting")
+
+
+def test_no_rust_backtrace_reaches_a_client_whatever_the_servers_environment():
+    # Four IDs a second, no lead: a batch of 5 waits for the next second.
+    env = {"RUST_BACKTRACE": "1", "RUST_LIB_BACKTRACE": "1"}
+    with server("waits-backtrace", conf=CONF, env=env) as srv:
+        conn = srv.connect()
+        cur = conn.cursor()
+        cur.execute("SET statement_timeout = '200ms'")
+        with pytest.raises(psycopg2.errors.QueryCanceled) as e:
+            cur.execute("SELECT count(*) FROM snowflake_nextval_batch(20)")
+        assert e.value.diag.message_detail is None, e.value.diag.message_detail
+        # An error of the extension's own, raised from Rust, keeps its own DETAIL only.
+        cur.execute("RESET statement_timeout")
+        srv.sql("ALTER SYSTEM SET snowflake_id.max_wait = '1s'")
+        srv.sql("SELECT pg_reload_conf()")
+        time.sleep(1)
+        cur = srv.connect().cursor()
+        with pytest.raises(psycopg2.Error) as e:
+            cur.execute("SELECT count(*) FROM snowflake_nextval_batch(100)")
+        assert e.value.pgcode == "55000", e.value
+        detail = e.value.diag.message_detail
+        assert detail.endswith("Nothing was taken."), detail
+        for frame_text in ["backtrace", ".rs:", "at /", "pgrx"]:
+            assert frame_text not in detail, detail
+
+
+# js53: one-second ticks of 65,536 IDs, IDs at most 10 s ahead, 1 s wait.
+JS53 = {"snowflake_id.layout": "'js53'"}
+
+
+def test_single_calls_are_served_in_turn_beside_a_session_taking_batches():
+    with server("waits-hog", conf=JS53) as srv:
+        # A batch larger than the lead and max_wait allow is refused at once
+        # and takes nothing.
+        before = srv.one("SELECT ids_issued FROM snowflake_status")
+        state, message, hint = srv.error("SELECT count(*) FROM snowflake_nextval_batch(1000000)")
+        assert state == "55000" and message.startswith("a batch of 1000000 IDs would have to wait"), (state, message)
+        assert "Ask for at most" in hint, hint
+        assert srv.one("SELECT ids_issued FROM snowflake_status") == before
+
+        stop = threading.Event()
+        hog_batches = []
+
+        def hog():
+            c = srv.connect().cursor()
+            while not stop.is_set():
+                try:
+                    c.execute("SELECT count(*) FROM snowflake_nextval_batch(50000)")
+                    hog_batches.append(c.fetchone()[0])
+                except psycopg2.Error as e:
+                    assert e.pgcode == "55000", e
+        hogs = [threading.Thread(target=hog) for _ in range(2)]
+        for h in hogs:
+            h.start()
+        try:
+            # Wait until the hogs have used up the lead: calls must now wait.
+            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=30)
+            cur = srv.connect().cursor()
+            ids, errors = [], []
+            for _ in range(15):
+                try:
+                    cur.execute("SELECT snowflake_nextval()")
+                    ids.append(cur.fetchone()[0])
+                except psycopg2.Error as e:
+                    errors.append(f"{e.pgcode} {e.diag.message_primary}")
+        finally:
+            stop.set()
+            for h in hogs:
+                h.join()
+        assert not errors, errors[:3]
+        assert ids == sorted(set(ids))
+        assert hog_batches, "the hog never got a batch: it did not compete"
+        print(f"{len(ids)} single calls beside two batch sessions ({len(hog_batches)} batches of 50000): none failed")

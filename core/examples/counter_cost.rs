@@ -32,6 +32,7 @@ fn run(threads: usize, counting: Counting) -> f64 {
         sequence_bits: 12,
         last_tick: u64::MAX >> 13,
         lead_ticks: u64::MAX >> 13,
+        queue_cap: 1,
     };
     let shared = Shared::resume(None, lim.sequence_bits);
     shared.publish_durable(u64::MAX >> 14);
@@ -46,7 +47,7 @@ fn run(threads: usize, counting: Counting) -> f64 {
                 barrier.wait();
                 started.lock().unwrap().get_or_insert_with(Instant::now);
                 for _ in 0..IDS_PER_THREAD {
-                    let t = try_take(shared, &lim, 1, 1).expect("room for every ID");
+                    let t = try_take(shared, &lim, 1, 1, 0).expect("room for every ID");
                     match counting {
                         Counting::None => {}
                         Counting::SharedAtomic => {

@@ -94,7 +94,14 @@ pub fn server_layout(raw: &RawSettings) -> Result<Layout, Failure> {
         })
     };
     match spec {
-        Spec::Named(l) if l.name() == Some(DEFAULT_NAME) => Ok(l.with_epoch(epoch()?)),
+        Spec::Named(l) if l.name() == Some(DEFAULT_NAME) => {
+            let l = l.with_epoch(epoch()?);
+            l.check_time_range().map_err(|f| Failure {
+                message: format!("invalid snowflake_id.epoch: {}", f.message),
+                ..f
+            })?;
+            Ok(l)
+        }
         Spec::Named(l) if raw.epoch_set => Err(Failure::new(
             Class::InvalidParameter,
             format!(
@@ -169,6 +176,15 @@ mod tests {
                 .worker_id,
             31
         );
+    }
+
+    #[test]
+    fn an_epoch_setting_outside_timestamptz_is_refused() {
+        for layout in ["snowflake_id", "time=41,worker=10,sequence=12,unit=1ms"] {
+            let e = configure(&raw(1, layout, "-9223372036854775808", true)).unwrap_err();
+            assert_eq!(e.class, Class::InvalidParameter);
+            assert!(e.message.contains("before the earliest time a timestamptz can hold"), "{}", e.message);
+        }
     }
 
     #[test]

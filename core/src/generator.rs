@@ -92,6 +92,8 @@ pub struct Limits {
     pub last_tick: u64,
     /// How many ticks IDs may run ahead of the clock's tick.
     pub lead_ticks: u64,
+    /// The most values one take may claim beyond the lead (see [`try_take`]).
+    pub queue_cap: u64,
 }
 
 /// A run of consecutive counter values handed to one caller.
@@ -102,9 +104,12 @@ pub struct Taken {
     /// Ticks ahead of the clock this take was the first to enter.
     pub borrowed_ticks: u64,
     /// When it entered ticks ahead: how far the start of its last tick is
-    /// ahead of the clock reading it was taken at, in ms. The largest value
-    /// ever seen is the furthest IDs ran ahead (set by [`generate`]).
+    /// ahead of the clock reading it was handed out at, in ms. The largest
+    /// value ever seen is the furthest IDs ran ahead (set by [`generate`]).
     pub ahead_ms: i64,
+    /// The clock tick from which the run is within the lead and may be
+    /// handed out: the tick it was taken at, unless it was claimed ahead.
+    pub ready_tick: u64,
 }
 
 /// Why a take could not complete now.
@@ -112,8 +117,9 @@ pub struct Taken {
 pub enum Blocked {
     /// The durable mark must first cover `through_tick`.
     NeedDurable { through_tick: u64 },
-    /// IDs are already `lead_ticks` ahead of the clock; the clock must reach
-    /// `resume_tick` first. `next_tick` is the tick the next ID would carry.
+    /// IDs are already further ahead of the clock than the lead and the
+    /// caller's patience allow; the clock must reach `resume_tick` first.
+    /// `next_tick` is the tick the next ID would carry.
     AheadOfClock { resume_tick: u64, next_tick: u64 },
     /// The layout has no tick left.
     Exhausted,
@@ -122,12 +128,29 @@ pub enum Blocked {
 /// Tries to take up to `want` (at least 1) consecutive counter values at
 /// clock tick `now_tick`. May take fewer when the lead bound cuts the run
 /// short; never blocks, never spins on anything but a lost swap.
+///
+/// `patience_ticks` is how many ticks the caller is willing to wait for the
+/// clock. With patience, a caller that finds the lead used up claims its
+/// values now, in line, and hands them out once the clock has caught up
+/// ([`Taken::ready_tick`]): waiters are served in the order they came, so a
+/// session taking large batches cannot starve single calls of others. A run
+/// claimed ahead holds at most [`Limits::queue_cap`] values and stays in one
+/// tick, so no one caller holds the line for long.
 #[inline]
-pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Result<Taken, Blocked> {
+pub fn try_take(
+    shared: &Shared,
+    lim: &Limits,
+    now_tick: u64,
+    want: u64,
+    patience_ticks: u64,
+) -> Result<Taken, Blocked> {
     debug_assert!(want >= 1);
     let s = lim.sequence_bits;
     let floor = now_tick.min(lim.last_tick + 1) << s;
     let allowed_tick = now_tick.saturating_add(lim.lead_ticks).min(lim.last_tick);
+    let queue_tick = allowed_tick
+        .saturating_add(patience_ticks)
+        .min(lim.last_tick);
     let mut next = shared.next.load(Ordering::Acquire);
     loop {
         let first = next.max(floor);
@@ -135,14 +158,18 @@ pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Resu
         if first_tick > lim.last_tick {
             return Err(Blocked::Exhausted);
         }
-        if first_tick > allowed_tick {
+        if first_tick > queue_tick {
             return Err(Blocked::AheadOfClock {
                 resume_tick: first_tick - lim.lead_ticks,
                 next_tick: first_tick,
             });
         }
-        let room = ((allowed_tick + 1) << s) - first;
-        let count = want.min(room);
+        let count = if first_tick <= allowed_tick {
+            want.min(((allowed_tick + 1) << s) - first)
+        } else {
+            want.min(lim.queue_cap)
+                .min(((first_tick + 1) << s) - first)
+        };
         let last_tick = (first + count - 1) >> s;
         if last_tick >= shared.durable_end.load(Ordering::Acquire) {
             return Err(Blocked::NeedDurable {
@@ -169,12 +196,18 @@ pub fn try_take(shared: &Shared, lim: &Limits, now_tick: u64, want: u64) -> Resu
                     count,
                     borrowed_ticks,
                     ahead_ms: 0,
+                    ready_tick: last_tick.saturating_sub(lim.lead_ticks).max(now_tick),
                 });
             }
             Err(seen) => next = seen,
         }
     }
 }
+
+/// The largest `max_lead` the setting takes, in ms: about 31,700 years,
+/// more than any named layout's whole time range, so a forward clock jump
+/// of any size that IDs were issued in has a lead that covers it.
+pub const MAX_LEAD_LIMIT_MS: u64 = 1_000_000_000_000_000;
 
 /// The settings that shape waiting, checked against the layout, with the
 /// limits they imply worked out once (no division per call).
@@ -211,6 +244,10 @@ impl Policy {
                 sequence_bits: layout.sequence_bits(),
                 last_tick: layout.last_tick(),
                 lead_ticks: max_lead_ms / layout.unit_ms(),
+                // A sixty-fourth of a tick: small batches still queue in one
+                // run, while a bulk caller's claim holds others up for no
+                // more than a sliver of a tick.
+                queue_cap: ((1u64 << layout.sequence_bits()) / 64).max(1),
             },
         })
     }
@@ -230,18 +267,20 @@ pub trait Env {
     /// The wall clock, read once per call and again after each wait.
     fn now_ms(&mut self) -> UnixMs;
     /// Waits about `ms` milliseconds; may return early; must let the caller
-    /// be cancelled.
-    fn wait_ms(&mut self, ms: u64) -> Result<(), Self::Error>;
+    /// be cancelled. Returns how long it really waited, in microseconds,
+    /// by a clock that does not step.
+    fn wait_ms(&mut self, ms: u64) -> Result<u64, Self::Error>;
     /// Makes the durable mark cover `through_tick` and publishes it.
     fn make_durable(&mut self, through_tick: u64) -> Result<(), Self::Error>;
     /// Turns a failure into the caller's error.
     fn fail(&mut self, failure: Failure) -> Self::Error;
 }
 
-/// One attempt at taking up to `want` values with the clock reading `now`:
-/// [`try_take`] at the clock's tick, with [`Taken::ahead_ms`] filled in.
-/// `None` when the clock reads before the layout's epoch. This is all a
-/// caller does when nothing has to wait, so it can serve as a fast path.
+/// One attempt at taking up to `want` values with the clock reading `now`,
+/// without waiting: [`try_take`] at the clock's tick, with
+/// [`Taken::ahead_ms`] filled in. `None` when the clock reads before the
+/// layout's epoch. This is all a caller does when nothing has to wait, so it
+/// serves as the fast path.
 #[inline]
 pub fn take_at(
     shared: &Shared,
@@ -251,16 +290,47 @@ pub fn take_at(
     want: u64,
 ) -> Option<Result<Taken, Blocked>> {
     let now_tick = layout.tick_at_ms(now)?;
-    Some(try_take(shared, lim, now_tick, want).map(|mut t| {
-        if t.borrowed_ticks > 0 {
-            t.ahead_ms = layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now;
-        }
+    Some(try_take(shared, lim, now_tick, want, 0).map(|mut t| {
+        t.ahead_ms = ahead_ms(layout, lim, &t, now);
         t
     }))
 }
 
+fn ahead_ms(layout: &Layout, lim: &Limits, t: &Taken, now: UnixMs) -> i64 {
+    if t.borrowed_ticks == 0 {
+        return 0;
+    }
+    layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now
+}
+
+/// How long one call may still wait for the clock: `max_wait` bounds the
+/// call's waits together, not each one.
+struct Budget {
+    max_us: u64,
+    waited_us: u64,
+}
+
+impl Budget {
+    fn left_ms(&self) -> u64 {
+        self.max_us.saturating_sub(self.waited_us) / 1000
+    }
+
+    fn waited_ms(&self) -> u64 {
+        self.waited_us / 1000
+    }
+
+    /// Clock ticks from `now` the caller can still wait for.
+    fn patience_ticks(&self, layout: &Layout, now: UnixMs, now_tick: u64) -> u64 {
+        let until = now.saturating_add(self.left_ms().min(i64::MAX as u64) as i64);
+        layout
+            .tick_at_ms(until)
+            .map_or(0, |t| t.saturating_sub(now_tick))
+    }
+}
+
 /// Hands out `want` counter values through `sink`, in one or more
 /// increasing runs, waiting for the clock or the durable mark as needed.
+/// All its waits for the clock together last at most `max_wait`.
 pub fn generate<E: Env>(
     shared: &Shared,
     layout: &Layout,
@@ -270,14 +340,40 @@ pub fn generate<E: Env>(
     mut sink: impl FnMut(Taken),
 ) -> Result<(), E::Error> {
     let lim = policy.limits();
+    let mut budget = Budget {
+        max_us: policy.max_wait_ms.saturating_mul(1000),
+        waited_us: 0,
+    };
     let mut left = want;
     let mut now = env.now_ms();
+    if want > 1 {
+        if let Some(f) = batch_too_large(shared, layout, policy, now, want) {
+            return Err(env.fail(f));
+        }
+    }
     while left > 0 {
-        let Some(attempt) = take_at(shared, layout, &lim, now, left) else {
+        let Some(now_tick) = layout.tick_at_ms(now) else {
             return Err(env.fail(clock_before_epoch(layout, now)));
         };
-        match attempt {
-            Ok(t) => {
+        let patience = budget.patience_ticks(layout, now, now_tick);
+        match try_take(shared, &lim, now_tick, left, patience) {
+            Ok(mut t) => {
+                // Claimed ahead: hand it out once the clock has caught up.
+                loop {
+                    let ready_at = layout.tick_start_ms(t.ready_tick);
+                    if now >= ready_at {
+                        break;
+                    }
+                    let wait = (ready_at - now) as u64;
+                    if wait > budget.left_ms() {
+                        let last = (t.first + t.count - 1) >> lim.sequence_bits;
+                        let behind = (layout.tick_start_ms(last) - now).max(0) as u64;
+                        return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
+                    }
+                    budget.waited_us += env.wait_ms(wait)?;
+                    now = env.now_ms();
+                }
+                t.ahead_ms = ahead_ms(layout, &lim, &t, now);
                 left -= t.count;
                 sink(t);
             }
@@ -288,16 +384,66 @@ pub fn generate<E: Env>(
                 next_tick,
             }) => {
                 let wait = (layout.tick_start_ms(resume_tick) - now).max(1) as u64;
-                if wait > policy.max_wait_ms {
-                    let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
-                    return Err(env.fail(clock_behind(policy, behind, wait)));
-                }
-                env.wait_ms(wait)?;
-                now = env.now_ms();
+                let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
+                return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
             }
         }
     }
     Ok(())
+}
+
+/// Why a batch of `want` cannot be had within `max_wait` from `now`, if
+/// it cannot: checked before anything is taken, so such a batch costs
+/// other callers nothing.
+fn batch_too_large(
+    shared: &Shared,
+    layout: &Layout,
+    policy: &Policy,
+    now: UnixMs,
+    want: u64,
+) -> Option<Failure> {
+    let lim = policy.limits();
+    let s = lim.sequence_bits;
+    let now_tick = layout.tick_at_ms(now)?;
+    let first = shared.next().max(now_tick.min(lim.last_tick + 1) << s);
+    let last_tick = first.saturating_add(want - 1) >> s;
+    // The clock must reach this tick before the batch's last ID is in the lead.
+    let ready_tick = last_tick.saturating_sub(lim.lead_ticks);
+    if last_tick > lim.last_tick || ready_tick <= now_tick {
+        return None;
+    }
+    let wait = (layout.tick_start_ms(ready_tick) - now).max(0) as u64;
+    if wait <= policy.max_wait_ms {
+        return None;
+    }
+    let reach_tick = layout
+        .tick_at_ms(now.saturating_add(policy.max_wait_ms as i64))
+        .unwrap_or(now_tick)
+        .saturating_add(lim.lead_ticks)
+        .min(lim.last_tick);
+    let room = ((reach_tick + 1) << s).saturating_sub(first);
+    let per_second = (1u64 << s).saturating_mul(1000) / layout.unit_ms();
+    Some(
+        Failure::new(
+            Class::NotReady,
+            format!(
+                "a batch of {want} IDs would have to wait {} for the system clock, longer than snowflake_id.max_wait ({})",
+                format_duration(wait),
+                format_duration(policy.max_wait_ms)
+            ),
+        )
+        .detail(format!(
+            "{} issues at most {per_second} IDs per second, and IDs may run at most snowflake_id.max_lead ({}) ahead of the clock; {room} IDs can be had now within max_wait. Nothing was taken.",
+            layout.title(),
+            format_duration(policy.max_lead_ms)
+        ))
+        .hint(format!(
+            "Ask for at most {room} IDs per call, or let IDs run further ahead: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
+            setting_value_at_least(
+                (layout.tick_start_ms(last_tick) - now).max(0) as u64 + 1000
+            )
+        )),
+    )
 }
 
 /// Why a call made at `now` would fail for reasons of time alone (clock
@@ -323,7 +469,7 @@ pub fn time_problem(
         .filter(|&t| t > now_tick)?;
     let wait = (layout.tick_start_ms(resume_tick) - now) as u64;
     let behind = (layout.tick_start_ms(next_tick) - now) as u64;
-    (wait > policy.max_wait_ms).then(|| clock_behind(policy, behind, wait))
+    (wait > policy.max_wait_ms).then(|| clock_behind(policy, behind, wait, 0))
 }
 
 fn clock_before_epoch(layout: &Layout, now: UnixMs) -> Failure {
@@ -351,7 +497,21 @@ fn exhausted(layout: &Layout) -> Failure {
     .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout\" in the README.")
 }
 
-fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64) -> Failure {
+fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64, waited_ms: u64) -> Failure {
+    let detail = if waited_ms == 0 {
+        format!(
+            "Waiting for the clock would take {}, longer than snowflake_id.max_wait ({}).",
+            format_duration(wait_ms),
+            format_duration(policy.max_wait_ms)
+        )
+    } else {
+        format!(
+            "This call has waited {} for the clock and would have to wait {} more; snowflake_id.max_wait ({}) bounds all of one call's waits together.",
+            format_duration(waited_ms),
+            format_duration(wait_ms),
+            format_duration(policy.max_wait_ms)
+        )
+    };
     Failure::new(
         Class::NotReady,
         format!(
@@ -360,16 +520,18 @@ fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64) -> Failure {
             format_duration(policy.max_lead_ms)
         ),
     )
-    .detail(format!(
-        "Waiting for the clock would take {}, longer than snowflake_id.max_wait ({}).",
-        format_duration(wait_ms),
-        format_duration(policy.max_wait_ms)
-    ))
-    .hint(format!(
-        "If the clock was stepped back, IDs resume by themselves in {}. To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
-        format_duration(wait_ms),
-        setting_value_at_least(behind_ms + 1000)
-    ))
+    .detail(detail)
+    .hint(match behind_ms.saturating_add(1000) {
+        lead if lead <= MAX_LEAD_LIMIT_MS => format!(
+            "If the clock was stepped back, IDs resume by themselves in {}. To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
+            format_duration(wait_ms),
+            setting_value_at_least(lead)
+        ),
+        _ => format!(
+            "IDs resume by themselves in {}; no snowflake_id.max_lead reaches that far.",
+            format_duration(wait_ms)
+        ),
+    })
 }
 
 /// When and how far ahead the durable mark is moved.
@@ -449,6 +611,7 @@ mod tests {
             sequence_bits: s,
             last_tick: (1 << 41) - 1,
             lead_ticks: lead,
+            queue_cap: 1,
         }
     }
 
@@ -461,9 +624,9 @@ mod tests {
         let sh = Shared::resume(None, 12);
         durable(&sh);
         let l = lim(12, 0);
-        assert_eq!(try_take(&sh, &l, 5, 1).unwrap().first, 5 << 12);
-        assert_eq!(try_take(&sh, &l, 5, 1).unwrap().first, (5 << 12) + 1);
-        assert_eq!(try_take(&sh, &l, 9, 1).unwrap().first, 9 << 12);
+        assert_eq!(try_take(&sh, &l, 5, 1, 0).unwrap().first, 5 << 12);
+        assert_eq!(try_take(&sh, &l, 5, 1, 0).unwrap().first, (5 << 12) + 1);
+        assert_eq!(try_take(&sh, &l, 9, 1, 0).unwrap().first, 9 << 12);
     }
 
     #[test]
@@ -471,27 +634,27 @@ mod tests {
         let sh = Shared::resume(None, 2);
         durable(&sh);
         let l = lim(2, 3);
-        let t = try_take(&sh, &l, 10, 4).unwrap();
+        let t = try_take(&sh, &l, 10, 4, 0).unwrap();
         assert_eq!(
             (t.first, t.count, t.borrowed_ticks, t.ahead_ms),
             (40, 4, 0, 0)
         );
-        let t = try_take(&sh, &l, 10, 1).unwrap();
+        let t = try_take(&sh, &l, 10, 1, 0).unwrap();
         assert_eq!((t.first >> 2, t.borrowed_ticks), (11, 1));
         // A run that crosses ticks counts each tick it enters ahead of the clock once.
-        let t = try_take(&sh, &l, 10, 8).unwrap();
+        let t = try_take(&sh, &l, 10, 8, 0).unwrap();
         assert_eq!((t.first, t.count, t.borrowed_ticks), (45, 8, 2));
         // The lead bound caps a run, then stops the next one.
-        let t = try_take(&sh, &l, 10, 100).unwrap();
+        let t = try_take(&sh, &l, 10, 100, 0).unwrap();
         assert_eq!((t.first, t.count), (53, 3));
         assert_eq!(
-            try_take(&sh, &l, 10, 1),
+            try_take(&sh, &l, 10, 1, 0),
             Err(Blocked::AheadOfClock {
                 resume_tick: 11,
                 next_tick: 14
             })
         );
-        assert_eq!(try_take(&sh, &l, 11, 1).unwrap().first, 56);
+        assert_eq!(try_take(&sh, &l, 11, 1, 0).unwrap().first, 56);
     }
 
     #[test]
@@ -499,14 +662,14 @@ mod tests {
         let sh = Shared::resume(None, 12);
         durable(&sh);
         let l = lim(12, 1_000_000);
-        let a = try_take(&sh, &l, 1_000_000, 1).unwrap().first;
-        let b = try_take(&sh, &l, 999_000, 1).unwrap().first;
-        let c = try_take(&sh, &l, 0, 1).unwrap().first;
+        let a = try_take(&sh, &l, 1_000_000, 1, 0).unwrap().first;
+        let b = try_take(&sh, &l, 999_000, 1, 0).unwrap().first;
+        let c = try_take(&sh, &l, 0, 1, 0).unwrap().first;
         assert!(a < b && b < c, "{a} {b} {c}");
         // With no lead allowed, the same step blocks until the clock is back.
         let strict = lim(12, 0);
         assert_eq!(
-            try_take(&sh, &strict, 999_000, 1),
+            try_take(&sh, &strict, 999_000, 1, 0),
             Err(Blocked::AheadOfClock {
                 resume_tick: 1_000_000,
                 next_tick: 1_000_000
@@ -519,24 +682,24 @@ mod tests {
         let sh = Shared::resume(Some(99), 12);
         let l = lim(12, 1000);
         assert_eq!(
-            try_take(&sh, &l, 50, 1),
+            try_take(&sh, &l, 50, 1, 0),
             Err(Blocked::NeedDurable { through_tick: 100 })
         );
         sh.publish_durable(100);
         // A run must be covered whole.
         assert_eq!(
-            try_take(&sh, &l, 50, 4097),
+            try_take(&sh, &l, 50, 4097, 0),
             Err(Blocked::NeedDurable { through_tick: 101 })
         );
-        let t = try_take(&sh, &l, 50, 4096).unwrap();
+        let t = try_take(&sh, &l, 50, 4096, 0).unwrap();
         // Resumes above the old mark whatever the clock says, and stops at the new one.
         assert_eq!((t.first, t.count), (100 << 12, 4096));
         assert_eq!(
-            try_take(&sh, &l, 50, 1),
+            try_take(&sh, &l, 50, 1, 0),
             Err(Blocked::NeedDurable { through_tick: 101 })
         );
         sh.revoke_durable();
-        assert!(try_take(&sh, &l, 200, 1).is_err());
+        assert!(try_take(&sh, &l, 200, 1, 0).is_err());
     }
 
     #[test]
@@ -547,10 +710,11 @@ mod tests {
             sequence_bits: 2,
             last_tick: 3,
             lead_ticks: 10,
+            queue_cap: 1,
         };
-        assert_eq!(try_take(&sh, &l, 3, 10).unwrap().count, 4);
-        assert_eq!(try_take(&sh, &l, 3, 1), Err(Blocked::Exhausted));
-        assert_eq!(try_take(&sh, &l, 1 << 40, 1), Err(Blocked::Exhausted));
+        assert_eq!(try_take(&sh, &l, 3, 10, 0).unwrap().count, 4);
+        assert_eq!(try_take(&sh, &l, 3, 1, 0), Err(Blocked::Exhausted));
+        assert_eq!(try_take(&sh, &l, 1 << 40, 1, 0), Err(Blocked::Exhausted));
     }
 
     #[test]
@@ -568,7 +732,7 @@ mod tests {
                         // Some threads read a clock that lags or jumps back.
                         let c = clock.fetch_add(u64::from(n % 97 == 0), Ordering::Relaxed);
                         let now = if i % 3 == 0 { c.saturating_sub(30) } else { c };
-                        match try_take(&sh, &l, now, 1 + (n % 3)) {
+                        match try_take(&sh, &l, now, 1 + (n % 3), 0) {
                             Ok(t) => mine.extend(t.first..t.first + t.count),
                             Err(Blocked::AheadOfClock { .. }) => {
                                 clock.fetch_add(1, Ordering::Relaxed);
@@ -616,11 +780,11 @@ mod tests {
             }
             self.now
         }
-        fn wait_ms(&mut self, ms: u64) -> Result<(), Failure> {
+        fn wait_ms(&mut self, ms: u64) -> Result<u64, Failure> {
             self.waits += 1;
             self.waited += ms;
             self.now += ms as i64;
-            Ok(())
+            Ok(ms * 1000)
         }
         fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
             self.writes += 1;
@@ -697,6 +861,98 @@ mod tests {
         assert_eq!(env.writes, 1, "one durable write covers a second of ticks");
     }
 
+    /// A session that takes every ID the clock opens the moment it opens,
+    /// waking before anyone else: the worst neighbour a caller can have.
+    struct BesideAHog {
+        inner: FakeEnv,
+        layout: Layout,
+    }
+
+    impl BesideAHog {
+        fn hog_takes_all(&mut self) {
+            let lim = self.inner.lim;
+            while let Some(Ok(_)) = take_at(&self.inner.shared, &self.layout, &lim, self.inner.now, u64::MAX >> 1) {}
+        }
+    }
+
+    impl Env for BesideAHog {
+        type Error = Failure;
+        fn now_ms(&mut self) -> UnixMs {
+            self.inner.now_ms()
+        }
+        fn wait_ms(&mut self, ms: u64) -> Result<u64, Failure> {
+            let waited = self.inner.wait_ms(ms)?;
+            self.hog_takes_all();
+            Ok(waited)
+        }
+        fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
+            self.inner.make_durable(through_tick)
+        }
+        fn fail(&mut self, f: Failure) -> Failure {
+            f
+        }
+    }
+
+    #[test]
+    fn a_single_call_beside_a_hog_is_served_in_turn() {
+        let layout = one_ms_layout(4);
+        let policy = Policy::new(&layout, 10, 100).unwrap();
+        let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
+        let shared = inner.shared.clone();
+        shared.publish_durable(1 << 30);
+        let mut env = BesideAHog { inner, layout };
+        env.hog_takes_all();
+        let hogged = shared.next();
+        for _ in 0..50 {
+            let mut got = vec![];
+            generate(&shared, &layout, &policy, &mut env, 1, |t| got.push(t))
+                .expect("a single call beside a hog must be served within max_wait");
+            assert_eq!(got.len(), 1);
+            assert!(got[0].first >= hogged && got[0].ahead_ms <= 10);
+        }
+        // Each call claimed its place in line and waited one tick for it.
+        assert_eq!((env.inner.waits, env.inner.waited), (50, 50));
+    }
+
+    #[test]
+    fn max_wait_bounds_all_the_waits_of_one_call() {
+        let layout = one_ms_layout(4);
+        let policy = Policy::new(&layout, 10, 100).unwrap();
+        let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
+        let shared = inner.shared.clone();
+        shared.publish_durable(1 << 30);
+        let mut env = BesideAHog { inner, layout };
+        // 30 ticks of IDs fit within max_wait when nobody else asks, so the
+        // batch starts; beside the hog it gets a sliver per tick and gives up
+        // once its waits add up to max_wait.
+        let e = generate(&shared, &layout, &policy, &mut env, 16 * 30, |_| {}).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(env.inner.waited <= 100, "waited {} ms in all", env.inner.waited);
+        assert!(env.inner.waits > 1);
+        assert!(
+            e.detail.as_deref().unwrap().contains("bounds all of one call's waits together"),
+            "{:?}",
+            e.detail
+        );
+    }
+
+    #[test]
+    fn a_batch_that_cannot_be_had_within_max_wait_takes_nothing() {
+        let js53 = Layout::by_name("js53").unwrap();
+        let policy = Policy::new(&js53, 10_000, 1000).unwrap();
+        let mut env = env_for(&js53, &policy, js53.epoch_ms() + 86_400_000);
+        let shared = env.shared.clone();
+        let e = generate(&shared, &js53, &policy, &mut env, 1_000_000, |_| {}).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(e.message.starts_with("a batch of 1000000 IDs would have to wait"), "{}", e.message);
+        assert!(e.detail.as_deref().unwrap().contains("65536 IDs per second"), "{:?}", e.detail);
+        assert_eq!((shared.next(), env.waits), (0, 0), "a refused batch took IDs or waited");
+        // What fits in the lead is one run, taken in one step.
+        let mut runs = vec![];
+        generate(&shared, &js53, &policy, &mut env, 600_000, |t| runs.push(t)).unwrap();
+        assert_eq!((runs.len(), runs[0].count), (1, 600_000));
+    }
+
     #[test]
     fn a_clock_far_behind_is_an_error_that_says_how_far() {
         let layout = one_ms_layout(12);
@@ -741,6 +997,26 @@ mod tests {
             "{:?}",
             e.hint
         );
+    }
+
+    #[test]
+    fn a_forward_jump_of_weeks_has_a_lead_that_covers_it() {
+        let layout = one_ms_layout(12);
+        let policy = Policy::new(&layout, 10_000, 1000).unwrap();
+        let start = DEFAULT_EPOCH_MS + 86_400_000;
+        let mut env = env_for(&layout, &policy, start);
+        let shared = env.shared.clone();
+        // Forty days ahead, one ID, and back.
+        env.steps = vec![40 * 86_400_000];
+        generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
+        env.steps = vec![-40 * 86_400_000];
+        let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
+        let hint = e.hint.unwrap();
+        assert!(hint.contains("max_lead = '41d'"), "{hint}");
+        // The hint can be followed: 41 days is a lead the setting takes.
+        let wider = Policy::new(&layout, 41 * 86_400_000, 1000).unwrap();
+        assert!(41 * 86_400_000 <= MAX_LEAD_LIMIT_MS);
+        generate(&shared, &layout, &wider, &mut env, 1, |_| {}).unwrap();
     }
 
     #[test]
@@ -799,7 +1075,7 @@ mod tests {
                         sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
                     }
                 }
-                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1)
+                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1, 0)
                 {
                     caller_writes += 1;
                     sh.publish_durable(res.target(&sh, &lim, now_tick, through_tick));
@@ -820,7 +1096,7 @@ mod tests {
         let res = Reservation::for_layout(&layout);
         let sh = Shared::resume(Some(0), 12);
         sh.publish_durable(2000);
-        assert!(try_take(&sh, &lim, 1000, 1).is_ok());
+        assert!(try_take(&sh, &lim, 1000, 1, 0).is_ok());
         let mut seen = sh.next();
         let mut writes = 0;
         // Ten idle seconds, looked at every 100 ms.
@@ -832,7 +1108,7 @@ mod tests {
         }
         assert_eq!(writes, 0, "an idle server moved its mark");
         assert_eq!(
-            try_take(&sh, &lim, 11_000, 1),
+            try_take(&sh, &lim, 11_000, 1, 0),
             Err(Blocked::NeedDurable {
                 through_tick: 11_000
             })
@@ -864,14 +1140,14 @@ mod tests {
         sh.publish_durable(1000);
         let l = lim(12, 1_000_000);
         sh.raise_floor(500, 12);
-        assert_eq!(try_take(&sh, &l, 50, 1).unwrap().first, 501 << 12);
+        assert_eq!(try_take(&sh, &l, 50, 1, 0).unwrap().first, 501 << 12);
         // Lower floors change nothing.
         sh.raise_floor(10, 12);
-        assert_eq!(try_take(&sh, &l, 50, 1).unwrap().first, (501 << 12) + 1);
+        assert_eq!(try_take(&sh, &l, 50, 1, 0).unwrap().first, (501 << 12) + 1);
         // Above the durable mark, a new mark is still needed.
         sh.raise_floor(5000, 12);
         assert_eq!(
-            try_take(&sh, &l, 50, 1),
+            try_take(&sh, &l, 50, 1, 0),
             Err(Blocked::NeedDurable { through_tick: 5001 })
         );
     }

@@ -112,6 +112,10 @@ pub const CUSTOM_FORM: &str =
 /// The latest instant a `timestamptz` can hold: just before 294277-01-01
 /// (Postgres' END_TIMESTAMP, in microseconds since 2000-01-01).
 const PG_MAX_UNIX_MS: i128 = 9_223_371_331_200_000_000 / 1000 - 1 + 946_684_800_000;
+/// The earliest instant a `timestamptz` can hold: 4714-11-24 00:00:00 BC
+/// (Postgres' MIN_TIMESTAMP, in microseconds since 2000-01-01).
+const PG_MIN_UNIX_MS: i128 = -211_813_488_000_000_000 / 1000 + 946_684_800_000;
+const PG_MIN_TEXT: &str = "4714-11-24 00:00:00+00 BC";
 
 /// A custom layout as written, before an epoch is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,13 +270,7 @@ impl CustomSpec {
             sequence_bits: self.sequence_bits,
             order: self.order,
         };
-        if l.end_ms_i128() - 1 > PG_MAX_UNIX_MS {
-            return Err(invalid(format!(
-                "the custom layout '{}' runs past the latest time a timestamptz can hold",
-                l.spec()
-            ))
-            .hint("Use fewer time bits or a shorter unit."));
-        }
+        l.check_time_range()?;
         Ok(l)
     }
 }
@@ -350,6 +348,36 @@ impl Layout {
     pub fn last_tick(&self) -> u64 {
         let by_width = (1u64 << self.time_bits) - 1;
         by_width.min((i64::MAX as u64) >> self.low_bits())
+    }
+
+    /// Refuses a layout whose times a `timestamptz` cannot all hold: its
+    /// IDs could neither be decoded nor bounded, and a clock check against
+    /// an epoch past the range would be false.
+    pub fn check_time_range(&self) -> Result<(), Failure> {
+        let span = self.end_ms_i128() - i128::from(self.epoch_ms);
+        let latest_epoch = PG_MAX_UNIX_MS + 1 - span;
+        let allowed = if latest_epoch < PG_MIN_UNIX_MS {
+            "no epoch fits: use fewer time bits or a shorter unit".to_string()
+        } else {
+            format!(
+                "its epoch must lie from {PG_MIN_TEXT} to {} (Unix ms {PG_MIN_UNIX_MS} to {latest_epoch})",
+                format_instant(latest_epoch as i64)
+            )
+        };
+        let why = if i128::from(self.epoch_ms) < PG_MIN_UNIX_MS {
+            format!(
+                "the epoch {} ms is before the earliest time a timestamptz can hold ({PG_MIN_TEXT})",
+                self.epoch_ms
+            )
+        } else if self.end_ms_i128() - 1 > PG_MAX_UNIX_MS {
+            format!(
+                "{} runs past the latest time a timestamptz can hold (294276-12-31 23:59:59.999+00)",
+                self.title()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(invalid(why).hint(format!("For {}, {allowed}.", self.title())))
     }
 
     /// The same layout under another epoch, keeping the name only if the
@@ -548,10 +576,10 @@ impl Layout {
 
     /// The smallest ID any worker can issue in the tick containing the
     /// instant `unix_us` (microseconds since 1970).
-    pub fn lower_bound(&self, unix_us: i64) -> Result<i64, Failure> {
+    pub fn lower_bound(&self, unix_us: i128) -> Result<i64, Failure> {
         let epoch_us = i128::from(self.epoch_ms) * 1000;
         let unit_us = i128::from(self.unit_ms) * 1000;
-        let since = i128::from(unix_us) - epoch_us;
+        let since = unix_us.saturating_sub(epoch_us);
         let first = format_instant(self.epoch_ms);
         let last = format_instant(self.end_ms() - 1);
         let range = || {
@@ -580,11 +608,18 @@ impl Layout {
     }
 }
 
-fn describe_us(unix_us: i64) -> String {
+/// The `infinity` of a `timestamptz`, as [`Layout::lower_bound`] takes it;
+/// no finite time comes near (a timestamptz's µs since 1970 fit in an i64
+/// plus a little).
+pub const INFINITY_US: i128 = i128::MAX;
+/// The `-infinity` of a `timestamptz`.
+pub const NEG_INFINITY_US: i128 = i128::MIN;
+
+fn describe_us(unix_us: i128) -> String {
     match unix_us {
-        i64::MAX => "infinity".to_string(),
-        i64::MIN => "-infinity".to_string(),
-        us => format_instant(us.div_euclid(1000)),
+        INFINITY_US => "infinity".to_string(),
+        NEG_INFINITY_US => "-infinity".to_string(),
+        us => format_instant(us.div_euclid(1000) as i64),
     }
 }
 
@@ -679,14 +714,14 @@ mod tests {
     #[test]
     fn lower_bound_is_exact_at_tick_edges() {
         let l = layout("snowflake_id");
-        let at = |ms: i64| l.lower_bound(ms * 1000).unwrap();
+        let at = |ms: i64| l.lower_bound(i128::from(ms) * 1000).unwrap();
         assert_eq!(at(DEFAULT_EPOCH_MS), 0);
         assert_eq!(at(DEFAULT_EPOCH_MS + 1), 1 << 22);
         assert_eq!(
-            l.lower_bound((DEFAULT_EPOCH_MS + 1) * 1000 + 999).unwrap(),
+            l.lower_bound(i128::from(DEFAULT_EPOCH_MS + 1) * 1000 + 999).unwrap(),
             1 << 22
         );
-        let e = l.lower_bound(DEFAULT_EPOCH_MS * 1000 - 1).unwrap_err();
+        let e = l.lower_bound(i128::from(DEFAULT_EPOCH_MS) * 1000 - 1).unwrap_err();
         assert_eq!(e.class, Class::TimeOutOfRange);
         assert!(
             e.message.contains("2024-12-31 23:59:59.999+00"),
@@ -700,17 +735,41 @@ mod tests {
             e.message
         );
         assert!(l
-            .lower_bound(i64::MAX)
+            .lower_bound(INFINITY_US)
             .unwrap_err()
             .message
             .starts_with("infinity"));
         let last = l.end_ms() - 1;
         assert_eq!(at(last), (l.last_tick() << 22) as i64);
-        assert!(l.lower_bound((last + 1) * 1000).is_err());
+        assert!(l.lower_bound(i128::from(last + 1) * 1000).is_err());
         // Instagram's bounds stop where its IDs would turn negative.
         let ig = layout("instagram");
-        assert!(ig.lower_bound((ig.end_ms() - 1) * 1000).unwrap() > 0);
-        assert!(ig.lower_bound(ig.end_ms() * 1000).is_err());
+        assert!(ig.lower_bound(i128::from(ig.end_ms() - 1) * 1000).unwrap() > 0);
+        assert!(ig.lower_bound(i128::from(ig.end_ms()) * 1000).is_err());
+    }
+
+    #[test]
+    fn epochs_a_timestamptz_cannot_hold_are_refused() {
+        let spec = |epoch: &str| {
+            Layout::from_argument(&format!("time=41,worker=10,sequence=12,unit=1ms,epoch={epoch}"))
+        };
+        for epoch in ["-9223372036854775808", "-210866803200001"] {
+            let e = spec(epoch).unwrap_err();
+            assert_eq!(e.class, Class::InvalidParameter);
+            assert!(e.message.contains("before the earliest time a timestamptz can hold"), "{}", e.message);
+            assert!(e.hint.unwrap().contains("from 4714-11-24 00:00:00+00 BC to "));
+        }
+        // Postgres' MIN_TIMESTAMP itself is fine.
+        assert_eq!(spec("-210866803200000").unwrap().epoch_ms(), -210_866_803_200_000);
+        // The latest epoch leaves the whole range inside END_TIMESTAMP.
+        let span = (1i64 << 41) as i128;
+        let latest = (PG_MAX_UNIX_MS + 1 - span) as i64;
+        assert!(spec(&latest.to_string()).is_ok());
+        let e = spec(&(latest + 1).to_string()).unwrap_err();
+        assert!(e.message.contains("runs past the latest time"), "{}", e.message);
+        assert!(e.hint.unwrap().contains(&format!("Unix ms -210866803200000 to {latest}")));
+        let e = Layout::from_argument("time=63,worker=0,sequence=0,unit=1s,epoch=0").unwrap_err();
+        assert!(e.hint.unwrap().contains("no epoch fits"));
     }
 
     #[test]
@@ -829,7 +888,7 @@ mod tests {
             prop_assert_eq!(d.unix_ms, l.tick_start_ms(p.tick));
             prop_assert_eq!((d.worker as u64, d.sequence as u64), (p.worker, p.sequence));
             // The bound for the tick's start is the smallest ID of that tick.
-            let lb = l.lower_bound(d.unix_ms * 1000).unwrap();
+            let lb = l.lower_bound(i128::from(d.unix_ms) * 1000).unwrap();
             prop_assert!(lb as u64 <= id);
             prop_assert_eq!(l.decompose(lb as u64).tick, p.tick);
             let counter = (p.tick << l.sequence_bits()) | p.sequence;

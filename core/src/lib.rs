@@ -9,6 +9,9 @@
 //! - [`mark`]: the durable high-water mark file.
 //! - [`resume`]: where generation may resume after a start or a crash.
 
+// Nothing here needs unsafe code; the compiler holds us to it.
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod failure;
 pub mod generator;

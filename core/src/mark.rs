@@ -253,6 +253,15 @@ impl MarkFile {
         })
     }
 
+    /// Whether [`MarkFile::write`] could open the file now (a missing file
+    /// counts as writable: it is created whole). Writes nothing.
+    pub fn check_writable(&self) -> io::Result<()> {
+        match OpenOptions::new().write(true).open(self.path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes `rec` durably into both slots, one after the other, or creates
     /// the file whole if there is none.
     pub fn write(&self, rec: &Record) -> io::Result<()> {

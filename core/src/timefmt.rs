@@ -231,8 +231,10 @@ pub fn setting_value_at_least(ms: u64) -> String {
     let s = ms.div_ceil(1000);
     if s < 600 {
         format!("{s}s")
-    } else {
+    } else if s < 2 * 86_400 {
         format!("{}min", s.div_ceil(60))
+    } else {
+        format!("{}d", s.div_ceil(86_400))
     }
 }
 
@@ -322,5 +324,7 @@ mod tests {
         assert_eq!(setting_value_at_least(60_001), "61s");
         assert_eq!(setting_value_at_least(3_600_000), "60min");
         assert_eq!(setting_value_at_least(3_600_001), "61min");
+        assert_eq!(setting_value_at_least(172_800_000), "2d");
+        assert_eq!(setting_value_at_least(40 * 86_400_000 + 1000), "41d");
     }
 }

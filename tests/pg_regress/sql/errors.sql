@@ -14,6 +14,12 @@ SELECT snowflake_from_timestamp('2024-12-31 23:59:59.999+00');
 SELECT snowflake_from_timestamp('2100-01-01 00:00:00+00');
 SELECT snowflake_from_timestamp('infinity');
 SELECT snowflake_from_timestamp('-infinity');
+-- The latest finite timestamptz is a time, not infinity.
+SELECT snowflake_from_timestamp('294276-12-31 23:59:59+00');
+-- Epochs a timestamptz cannot hold are refused with the range allowed.
+SELECT * FROM snowflake_decode(0, 'time=41,worker=10,sequence=12,unit=1ms,epoch=-9223372036854775808');
+SELECT snowflake_timestamp(0, 'time=41,worker=10,sequence=12,unit=1ms,epoch=-210866803200001');
+SELECT snowflake_timestamp(0, 'time=41,worker=10,sequence=12,unit=1ms,epoch=-210866803200000');
 SELECT snowflake_from_timestamp('2026-01-01 00:00:00+00', 'baidu');
 SELECT snowflake_from_timestamp('2047-01-01 00:00:00+00', 'instagram');
 SELECT snowflake_nextval_batch(0);
