@@ -71,21 +71,32 @@ fn placeholder(name: &CStr) -> Option<String> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+/// Runs one of Postgres's setting parsers (`parse_int`, `parse_real`) on
+/// `text`, or says why it failed, with Postgres's own hint about units.
+fn parse_with(
+    text: &str,
+    kind: &str,
+    parse: impl FnOnce(*const std::os::raw::c_char, *mut *const std::os::raw::c_char) -> bool,
+) -> Result<(), String> {
+    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
+    let mut hint: *const std::os::raw::c_char = std::ptr::null();
+    if parse(c.as_ptr(), &mut hint) {
+        return Ok(());
+    }
+    let unit_hint = if hint.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the parser set it to a static string.
+        format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
+    };
+    Err(format!("it is not a valid {kind}{unit_hint}"))
+}
+
 /// Parses an integer setting the way Postgres does (with units), or says why not.
 fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, String> {
-    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
     let mut value = 0;
-    let mut hint: *const std::os::raw::c_char = std::ptr::null();
     // SAFETY: parse_int only reads the string and writes the two outputs.
-    let ok = unsafe { pg_sys::parse_int(c.as_ptr(), &mut value, flags, &mut hint) };
-    if !ok {
-        let unit_hint = if hint.is_null() {
-            String::new()
-        } else {
-            format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
-        };
-        return Err(format!("it is not a valid integer{unit_hint}"));
-    }
+    parse_with(text, "integer", |t, hint| unsafe { pg_sys::parse_int(t, &mut value, flags, hint) })?;
     if value < min || value > max {
         return Err(format!("it is outside the range {min} .. {max}"));
     }
@@ -94,19 +105,9 @@ fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, 
 
 /// Parses a real setting the way Postgres does (with units), or says why not.
 fn parse_real_setting(text: &str, flags: i32, min: f64, max: f64) -> Result<f64, String> {
-    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
     let mut value = 0.0;
-    let mut hint: *const std::os::raw::c_char = std::ptr::null();
     // SAFETY: parse_real only reads the string and writes the two outputs.
-    let ok = unsafe { pg_sys::parse_real(c.as_ptr(), &mut value, flags, &mut hint) };
-    if !ok {
-        let unit_hint = if hint.is_null() {
-            String::new()
-        } else {
-            format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
-        };
-        return Err(format!("it is not a valid number{unit_hint}"));
-    }
+    parse_with(text, "number", |t, hint| unsafe { pg_sys::parse_real(t, &mut value, flags, hint) })?;
     if !(min..=max).contains(&value) {
         return Err(format!("it is outside the range {min} .. {max} ms"));
     }
@@ -315,7 +316,7 @@ pub fn define() {
         );
         GucRegistry::define_int_guc_with_hooks(
             c"snowflake_id.max_wait",
-            c"The longest a caller waits for the clock before getting an error instead.",
+            c"The longest one call waits for the clock, all its waits together, before getting an error instead.",
             c"Must be at least one tick of the layout.",
             &MAX_WAIT,
             0,

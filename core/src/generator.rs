@@ -814,6 +814,13 @@ mod tests {
         .unwrap()
     }
 
+    /// A world at `start` and the shared state it issues from.
+    fn world(layout: &Layout, policy: &Policy, start: UnixMs) -> (FakeEnv, Arc<Shared>) {
+        let env = env_for(layout, policy, start);
+        let shared = env.shared.clone();
+        (env, shared)
+    }
+
     fn env_for(layout: &Layout, policy: &Policy, start: UnixMs) -> FakeEnv {
         FakeEnv {
             now: start,
@@ -832,8 +839,7 @@ mod tests {
         let layout = one_ms_layout(4);
         let policy = Policy::new(&layout, 10, 1000).unwrap();
         let start = DEFAULT_EPOCH_MS + 5000;
-        let mut env = env_for(&layout, &policy, start);
-        let shared = env.shared.clone();
+        let (mut env, shared) = world(&layout, &policy, start);
         let mut got = vec![];
         let mut furthest_ahead = 0;
         generate(&shared, &layout, &policy, &mut env, 16 * 100, |t| {
@@ -940,8 +946,7 @@ mod tests {
     fn a_batch_that_cannot_be_had_within_max_wait_takes_nothing() {
         let js53 = Layout::by_name("js53").unwrap();
         let policy = Policy::new(&js53, 10_000, 1000).unwrap();
-        let mut env = env_for(&js53, &policy, js53.epoch_ms() + 86_400_000);
-        let shared = env.shared.clone();
+        let (mut env, shared) = world(&js53, &policy, js53.epoch_ms() + 86_400_000);
         let e = generate(&shared, &js53, &policy, &mut env, 1_000_000, |_| {}).unwrap_err();
         assert_eq!(e.class, Class::NotReady);
         assert!(e.message.starts_with("a batch of 1000000 IDs would have to wait"), "{}", e.message);
@@ -957,9 +962,7 @@ mod tests {
     fn a_clock_far_behind_is_an_error_that_says_how_far() {
         let layout = one_ms_layout(12);
         let policy = Policy::new(&layout, 10_000, 1000).unwrap();
-        let start = DEFAULT_EPOCH_MS + 3_600_000;
-        let mut env = env_for(&layout, &policy, start);
-        let shared = env.shared.clone();
+        let (mut env, shared) = world(&layout, &policy, DEFAULT_EPOCH_MS + 3_600_000);
         generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
         // Within the lead: absorbed, no wait.
         env.steps = vec![-5_000];
@@ -1003,9 +1006,7 @@ mod tests {
     fn a_forward_jump_of_weeks_has_a_lead_that_covers_it() {
         let layout = one_ms_layout(12);
         let policy = Policy::new(&layout, 10_000, 1000).unwrap();
-        let start = DEFAULT_EPOCH_MS + 86_400_000;
-        let mut env = env_for(&layout, &policy, start);
-        let shared = env.shared.clone();
+        let (mut env, shared) = world(&layout, &policy, DEFAULT_EPOCH_MS + 86_400_000);
         // Forty days ahead, one ID, and back.
         env.steps = vec![40 * 86_400_000];
         generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap();
@@ -1038,8 +1039,7 @@ mod tests {
     fn before_the_epoch_and_after_the_end() {
         let layout = Layout::by_name("baidu").unwrap();
         let policy = Policy::new(&layout, 10_000, 1000).unwrap();
-        let mut env = env_for(&layout, &policy, layout.end_ms() + 10);
-        let shared = env.shared.clone();
+        let (mut env, shared) = world(&layout, &policy, layout.end_ms() + 10);
         let e = generate(&shared, &layout, &policy, &mut env, 1, |_| {}).unwrap_err();
         assert_eq!(
             Some(&e),
@@ -1164,8 +1164,7 @@ mod tests {
         ) {
             let layout = one_ms_layout(6);
             let policy = Policy::new(&layout, lead, 1_000_000).unwrap();
-            let mut env = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 1_000_000);
-            let shared = env.shared.clone();
+            let (mut env, shared) = world(&layout, &policy, DEFAULT_EPOCH_MS + 1_000_000);
             let mut last: Option<u64> = None;
             for (i, want) in wants.iter().enumerate() {
                 env.steps = vec![steps[i % steps.len()]];
