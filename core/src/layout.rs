@@ -12,7 +12,7 @@ use crate::timefmt::{format_duration, format_instant, parse_instant, UnixMs};
 pub enum FieldOrder {
     /// `time | worker | sequence`: Twitter and most others.
     TimeWorkerSequence,
-    /// `time | sequence | worker`: Sonyflake and pgEdge.
+    /// `time | sequence | worker`: Sonyflake.
     TimeSequenceWorker,
 }
 
@@ -89,8 +89,9 @@ pub const NAMED: [Layout; 8] = [
     named("discord", 1_420_070_400_000, 1, (41, 10, 12), TWS),
     // Instagram uses all 64 bits: its IDs turn negative as a bigint in 2046.
     named("instagram", 1_314_220_021_721, 1, (41, 13, 10), TWS),
-    // pgEdge's snowflake puts its 12-bit counter above the 10-bit node.
-    named("pgedge", 1_672_531_200_000, 1, (41, 10, 12), TSW),
+    // pgEdge's snowflake 2.x (since 2023-10-31): time | node | counter, as
+    // Twitter, with its own epoch; its 1.x put the counter above the node.
+    named("pgedge", 1_672_531_200_000, 1, (41, 10, 12), TWS),
     named("sonyflake", 1_409_529_600_000, 10, (39, 16, 8), TSW),
     named("baidu", 1_463_702_400_000, 1000, (28, 22, 13), TWS),
     named("js53", 1_546_300_800_000, 1000, (32, 5, 16), TWS),
@@ -670,7 +671,7 @@ mod tests {
     }
 
     #[test]
-    fn sonyflake_and_pgedge_put_sequence_above_worker() {
+    fn sonyflake_puts_sequence_above_machine() {
         let l = layout("sonyflake");
         let id = l.compose(Parts {
             tick: 5,
@@ -683,14 +684,29 @@ mod tests {
             (d.unix_ms - l.epoch_ms(), d.worker, d.sequence),
             (50, 0xABCD, 0x12)
         );
+    }
+
+    #[test]
+    fn pgedge_ids_decode_as_pgedge_packs_them() {
+        // From pgEdge/snowflake's snowflake.c (commit ebbdae8, the layout of
+        // 2.x since d30fbc3, 2023-10-31): SNOWFLAKE_EPOCH_OFFSET 1672531200 s,
+        // sf_msec << 22 (41 bits) | sf_node << 12 (10 bits) | sf_count (12
+        // bits). Node 5, count 20, at the epoch, a second later, and at
+        // 2026-01-01 00:00:00 UTC (94694400000 ms after it):
         let p = layout("pgedge");
+        for (id, ms) in [
+            (20_500_i64, 0),
+            (4_194_324_500, 1000),
+            (397_177_100_697_620_500, 94_694_400_000),
+        ] {
+            let d = p.decode(id).unwrap();
+            assert_eq!((d.unix_ms - 1_672_531_200_000, d.worker, d.sequence), (ms, 5, 20));
+            let back = p.compose(Parts { tick: ms as u64, worker: 5, sequence: 20 });
+            assert_eq!(back as i64, id);
+        }
         assert_eq!(
-            p.compose(Parts {
-                tick: 1,
-                worker: 3,
-                sequence: 2
-            }),
-            (1 << 22) | (2 << 10) | 3
+            format_instant(p.decode(397_177_100_697_620_500).unwrap().unix_ms),
+            "2026-01-01 00:00:00+00"
         );
     }
 

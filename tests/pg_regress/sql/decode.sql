@@ -15,7 +15,9 @@ SELECT ts, worker_id >> 5 AS datacenter, worker_id & 31 AS worker, sequence
 SELECT * FROM snowflake_decode((1387263000::bigint << 23) | (1341 << 10) | 1, 'instagram');
 SELECT * FROM snowflake_decode(-1, 'instagram');
 SELECT * FROM snowflake_decode((5::bigint << 24) | (18 << 16) | 43981, 'sonyflake');
-SELECT * FROM snowflake_decode((1::bigint << 22) | (2 << 10) | 3, 'pgedge');
+-- An ID of pgEdge's snowflake 2.x, node 5, count 20, at 2026-01-01 00:00:00 UTC
+-- (packed as its snowflake.c does: msec since 2023-01-01 << 22 | node << 12 | count).
+SELECT * FROM snowflake_decode(397177100697620500, 'pgedge');
 SELECT * FROM snowflake_decode((1::bigint << 35) | (3 << 13) | 9, 'baidu');
 SELECT * FROM snowflake_decode(9007199254740991, 'js53');
 SELECT * FROM snowflake_decode(4194304, 'time=41,worker=10,sequence=12,unit=1ms,epoch=2025-01-01 00:00:00+00');
