@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:130
+-- src/status.rs:145
 -- What this server's generator is doing. VOLATILE: every call reads live
 -- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
@@ -113,7 +113,7 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:186
+-- src/generate.rs:187
 -- snowflake_id::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
@@ -122,7 +122,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:215
+-- src/generate.rs:216
 -- snowflake_id::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */

@@ -282,8 +282,9 @@ fn settle(st: &State, cfg: &Config, lim: &Limits) {
 /// Who moves the mark.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
-    /// A caller needs ticks through this one covered before it may return.
-    Caller { through_tick: u64 },
+    /// A caller needs ticks through this one covered before it may return;
+    /// it may wait `budget_ms` for a synchronous standby.
+    Caller { through_tick: u64, budget_ms: u64 },
     /// The background writer, keeping ahead of callers. `active`: IDs were
     /// issued since it last looked. `relog`: the latest checkpoint began
     /// after the last mark this server logged, so recovery from it would
@@ -306,7 +307,7 @@ pub fn extend(
     lim: &Limits,
     now_tick: u64,
     trigger: Trigger,
-) -> Result<(), Failure> {
+) -> Result<u64, Failure> {
     may_issue(st)?;
     let reservation = Reservation::for_layout(&cfg.layout);
     let pending = st.with_lock(|| {
@@ -314,11 +315,11 @@ pub fn extend(
         let written_here =
             MarkSource::of(st.mark_source.load(Ordering::Relaxed)) == MarkSource::WrittenHere;
         let through_tick = match trigger {
-            Trigger::Caller { through_tick } if st.gen.durable_end() > through_tick => {
+            Trigger::Caller { through_tick, .. } if st.gen.durable_end() > through_tick => {
                 return Ok(None)
             }
             // Written already and waiting for the standby: wait for it too.
-            Trigger::Caller { through_tick }
+            Trigger::Caller { through_tick, .. }
                 if written_here && st.mark_tick.load(Ordering::Relaxed) >= through_tick =>
             {
                 return Ok(Some(Written {
@@ -326,7 +327,7 @@ pub fn extend(
                     lsn: Some(st.logged_lsn.load(Ordering::Relaxed)).filter(|l| *l != 0),
                 }));
             }
-            Trigger::Caller { through_tick } => through_tick,
+            Trigger::Caller { through_tick, .. } => through_tick,
             // The first mark is written by the first caller: a state file means
             // "IDs were issued under these settings", so none is written before.
             Trigger::Background { .. } if st.mark_generation.load(Ordering::Relaxed) == 0 => {
@@ -348,9 +349,13 @@ pub fn extend(
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(Some(w))
     })?;
+    let budget_ms = match trigger {
+        Trigger::Caller { budget_ms, .. } => budget_ms,
+        Trigger::Background { .. } => BACKGROUND_STANDBY_WAIT_MS,
+    };
     match pending {
-        Some(w) => publish(st, w),
-        None => Ok(()),
+        Some(w) => publish(st, w, budget_ms),
+        None => Ok(0),
     }
 }
 
@@ -380,13 +385,30 @@ fn write(st: &State, cfg: &Config, mark: u64) -> Result<Written, Failure> {
 
 /// Publishes a written mark once a synchronous standby (if any) has it.
 /// Outside the lock: the wait can be long, and must stay cancellable.
-fn publish(st: &State, w: Written) -> Result<(), Failure> {
-    if let Some(us) = wal::confirm(w.lsn)? {
+/// How long the background writer waits for a synchronous standby before
+/// it looks again (and takes in a reload, e.g. one that drops the standby).
+const BACKGROUND_STANDBY_WAIT_MS: u64 = 1000;
+/// How long `snowflake_adopt_settings()` and `snowflake_resume_above()`
+/// wait for one; a superuser can cancel them sooner.
+const ADMIN_STANDBY_WAIT_MS: u64 = 60_000;
+
+/// Publishes a written mark once a synchronous standby (if any is asked
+/// for) confirmed it; returns how long that took, in µs.
+fn publish(st: &State, w: Written, budget_ms: u64) -> Result<u64, Failure> {
+    let waited = wal::confirm(&st.standby_wait_since_ms, w.lsn, budget_ms)?;
+    if let Some(us) = waited {
         st.counters.standby_waits.fetch_add(1, Ordering::Relaxed);
         st.counters.standby_wait_us.fetch_add(us, Ordering::Relaxed);
     }
     st.gen.publish_durable(w.mark);
-    Ok(())
+    Ok(waited.unwrap_or(0))
+}
+
+/// The error a call needing the mark moved would meet now because a
+/// synchronous standby has not confirmed the last mark for `max_wait`.
+pub fn standby_problem(st: &State, max_wait_ms: u64) -> Option<Failure> {
+    let since = st.standby_wait_since_ms.load(Ordering::Relaxed);
+    (since != 0 && wal::sync_standbys_named() && now_ms() - since >= max_wait_ms as i64).then(|| wal::standby_silent(max_wait_ms))
 }
 
 /// Whether the background writer should log the mark again: recovery from
@@ -468,7 +490,7 @@ pub fn adopt(st: &State, cfg: &Config, lim: &Limits) -> Result<String, Failure> 
         ))
     })?;
     if let Some(w) = w {
-        publish(st, w)?;
+        publish(st, w, ADMIN_STANDBY_WAIT_MS)?;
     }
     Ok(text)
 }
@@ -500,7 +522,7 @@ pub fn resume_above(st: &State, cfg: &Config, lim: &Limits, id: i64) -> Result<S
         let mark = reservation.next_mark(&st.gen, lim, now_tick, tick + 1, known_mark(st));
         write(st, cfg, mark)
     })?;
-    publish(st, w)?;
+    publish(st, w, ADMIN_STANDBY_WAIT_MS)?;
     let first_tick = (st.gen.next() >> lim.sequence_bits).max(now_tick);
     let first_ms = layout.tick_start_ms(first_tick);
     let ahead = first_ms - now;

@@ -48,14 +48,14 @@ impl Env for Backend<'_> {
         Ok(waited_us)
     }
 
-    fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
+    fn make_durable(&mut self, through_tick: u64, budget_ms: u64) -> Result<u64, Failure> {
         let now_tick = self.cfg.layout.tick_at_ms(clock::now_ms()).unwrap_or(0);
         durable::extend(
             self.st,
             self.cfg,
             &self.lim,
             now_tick,
-            Trigger::Caller { through_tick },
+            Trigger::Caller { through_tick, budget_ms },
         )
     }
 
@@ -170,13 +170,14 @@ impl Tally {
     #[inline]
     fn record(&self, st: &State) {
         st.count_issued(self.issued);
-        // Only a take that borrowed ticks can set a new furthest lead, so
-        // these shared writes happen at most once per tick.
+        let c = &st.counters;
         if self.borrowed > 0 {
-            let c = &st.counters;
             c.borrowed_ticks.fetch_add(self.borrowed, Ordering::Relaxed);
-            c.largest_lead_ms
-                .fetch_max(self.ahead_ms.max(0) as u64, Ordering::Relaxed);
+        }
+        // Written only when the furthest lead grows: a read of a line nobody
+        // writes costs callers nothing while IDs run ahead after a step back.
+        if self.ahead_ms > 0 && self.ahead_ms as u64 > c.largest_lead_ms.load(Ordering::Relaxed) {
+            c.largest_lead_ms.fetch_max(self.ahead_ms as u64, Ordering::Relaxed);
         }
     }
 }

@@ -168,7 +168,7 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
             relog: durable::relog_due(st),
         };
         match durable::extend(st, cfg, &policy.limits(), now_tick, trigger) {
-            Ok(()) => reported = false,
+            Ok(_) => reported = false,
             // Callers will meet the same error themselves; say it once here.
             Err(f) if !reported => {
                 reported = true;

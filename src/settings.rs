@@ -187,9 +187,12 @@ fn configured_in_files(name: &CStr) -> Option<String> {
     }
 }
 
-/// After a reload, a wait setting rejected before is judged again by what
-/// the files now say: gone means the default is what the operator wants;
-/// still invalid keeps generation refused, with the new text.
+/// After every load of the configuration files, in every process, the wait
+/// settings are judged again by what the files now say, as at start: an
+/// invalid value refuses generation, naming it (Postgres itself would keep
+/// the previous value silently); a value gone or valid lifts the refusal.
+/// Every session judges the same files, so all agree. A value rejected from
+/// the command line stays rejected: no reload changes it.
 #[cold]
 fn recheck_policy_problems() {
     let stamp = reload_stamp();
@@ -198,8 +201,8 @@ fn recheck_policy_problems() {
     }
     PROBLEMS_SEEN_AT.0.set(stamp);
     for which in 0..POLICY_NAMES.len() {
-        let from_files = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, true)));
-        if from_files {
+        let from_command_line = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, false)));
+        if !from_command_line {
             let text = configured_in_files(POLICY_NAMES[which]);
             let problem = text.as_deref().and_then(|t| policy_text_problem(which, t));
             set_policy_problem(which, problem, true);
@@ -361,6 +364,55 @@ pub fn define() {
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1)));
     let _ = CONFIG.set(worker_id.and_then(|w| config::configure(&raw(w))));
     reserve_prefix();
+    warn_of_names_in_another_case();
+}
+
+/// Every setting Postgres knows in this process, placeholders included.
+fn all_settings() -> &'static [*mut pg_sys::config_generic] {
+    // SAFETY: Postgres's own array of its settings, valid until a setting is
+    // added; read here in _PG_init and dropped before anything is.
+    unsafe {
+        // 16 changed the signature: the count comes back through a pointer.
+        #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
+        let (vars, n) = (pg_sys::get_guc_variables(), pg_sys::GetNumConfigOptions());
+        #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15")))]
+        let (vars, n) = {
+            let mut n = 0;
+            (pg_sys::get_guc_variables(&mut n), n)
+        };
+        if vars.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(vars, n.max(0) as usize)
+    }
+}
+
+/// Setting names are case-insensitive, but Postgres reserves a prefix as
+/// written: `Snowflake_ID.layuot` would pass unnoticed. Such names are
+/// reported as Postgres reports the others (it offers no way to remove
+/// them, so they stay, unused).
+fn warn_of_names_in_another_case() {
+    const PREFIX: &str = "snowflake_id.";
+    for &var in all_settings() {
+        // SAFETY: entries of Postgres's settings array.
+        let (name, flags) = unsafe { ((*var).name, (*var).flags) };
+        if name.is_null() || flags as u32 & pg_sys::GUC_CUSTOM_PLACEHOLDER == 0 {
+            continue;
+        }
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with(PREFIX) && !name.starts_with(PREFIX) {
+            crate::errors::log(
+                Failure::new(
+                    Class::InvalidParameter,
+                    format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
+                )
+                .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, layout, epoch, max_lead, max_wait, wal_rmgr_id."),
+                pgrx::PgLogLevel::WARNING,
+            );
+        }
+    }
 }
 
 /// Makes Postgres warn about (in the server log, at start) and drop every
@@ -433,7 +485,10 @@ pub fn policy(layout: &Layout) -> Result<Policy, Failure> {
 /// The policy checked before, if the settings have not changed since.
 #[inline]
 pub fn cached_policy() -> Option<Policy> {
-    if POLICY_KEY.0.get() != policy_key() || ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
+    if POLICY_KEY.0.get() != policy_key()
+        || ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0
+        || PROBLEMS_SEEN_AT.0.get() != reload_stamp()
+    {
         return None;
     }
     POLICY.0.get()
@@ -452,8 +507,8 @@ fn policy_key() -> (u64, i32) {
 #[cold]
 #[inline(never)]
 fn policy_fresh(layout: &Layout, key: (u64, i32)) -> Result<Policy, Failure> {
+    recheck_policy_problems();
     if ANY_POLICY_PROBLEM.load(Ordering::Relaxed) != 0 {
-        recheck_policy_problems();
         if let Some((f, _)) = POLICY_PROBLEM.0.borrow().iter().flatten().next().cloned() {
             return Err(f);
         }

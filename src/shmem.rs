@@ -48,6 +48,9 @@ pub struct State {
     /// The newest durable mark (a tick), `NO_MARK` before the first.
     pub mark_tick: AtomicU64,
     pub mark_written_at_ms: AtomicI64,
+    /// Since when (Unix ms) a written mark has been waiting for a
+    /// synchronous standby's confirmation; 0 when none is.
+    pub standby_wait_since_ms: AtomicI64,
     /// The server the newest mark belongs to (0 when unknown) and where this
     /// generator learnt it.
     pub mark_system_id: AtomicU64,
@@ -227,6 +230,7 @@ impl State {
             mark_generation: AtomicU64::new(0),
             mark_tick: AtomicU64::new(NO_MARK),
             mark_written_at_ms: AtomicI64::new(0),
+            standby_wait_since_ms: AtomicI64::new(0),
             mark_system_id: AtomicU64::new(0),
             mark_timeline: AtomicU32::new(0),
             mark_source: AtomicU8::new(MarkSource::None as u8),

@@ -42,7 +42,18 @@ fn problem(st: &State, now: i64) -> Option<String> {
             return Err(f);
         }
         durable::may_issue(st)?;
-        durable::write_problem().map_or(Ok(()), Err)
+        // The state file and a synchronous standby matter to the next call
+        // only if its ID is beyond the published mark.
+        let s = cfg.layout.sequence_bits();
+        let now_tick = cfg.layout.tick_at_ms(now).unwrap_or(0);
+        let next_tick = st.gen.next().max(now_tick << s) >> s;
+        if next_tick < st.gen.durable_end() {
+            return Ok(());
+        }
+        if let Some(f) = durable::write_problem() {
+            return Err(f);
+        }
+        durable::standby_problem(st, policy.max_wait_ms).map_or(Ok(()), Err)
     };
     if let Err(f) = failure() {
         return Some(f.message);
@@ -90,7 +101,11 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         problem.into_datum(),
         last.map(|(id, _)| pg_sys::Datum::from(id)),
         last.and_then(|(_, t)| ts(t)),
-        last.and_then(|(_, t)| interval_ms(t - now)),
+        // From the counter, not last_id: after a restart or
+        // snowflake_resume_above it is where the next ID starts from.
+        layout
+            .filter(|_| st.gen.next() > 0)
+            .and_then(|l| interval_ms(l.tick_start_ms((st.gen.next() - 1) >> l.sequence_bits()) - now)),
         interval_ms(c.largest_lead_ms.load(Ordering::Relaxed) as i64),
         mark_end.and_then(ts),
         (mark != NO_MARK)

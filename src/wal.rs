@@ -12,6 +12,7 @@ use pgrx::pg_sys;
 use pgrx::PgLogLevel;
 use snowflake_id_core::mark::{Record, RECORD};
 use snowflake_id_core::{Class, Failure};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 /// The `xl_info` of a mark record (the low four bits belong to Postgres).
@@ -108,7 +109,7 @@ pub fn latest_replayed_commit_ms() -> Option<i64> {
 /// `synchronous_standby_names` names any. A server-wide decision on purpose:
 /// a session's own `synchronous_commit` (which any user may turn off) must
 /// not publish a mark other sessions' IDs then rely on.
-fn sync_standbys_named() -> bool {
+pub fn sync_standbys_named() -> bool {
     // SAFETY: settings of this process, read on its one thread.
     unsafe {
         let names = pg_sys::SyncRepStandbyNames;
@@ -117,24 +118,33 @@ fn sync_standbys_named() -> bool {
 }
 
 /// Waits until the synchronous standbys have flushed WAL through `lsn`,
-/// where `synchronous_standby_names` asks for them; returns at once
-/// otherwise. Returns how long it waited (µs), if it waited.
+/// where `synchronous_standby_names` asks for them, for at most
+/// `budget_ms`; returns at once otherwise. Returns how long it waited (µs),
+/// if it waited.
 ///
 /// Cancel and `statement_timeout` end the wait with their error; the
-/// background writer's SIGTERM ends it with a failure. Either way the mark
-/// stays unpublished.
-pub fn confirm(lsn: Option<u64>) -> Result<Option<u64>, Failure> {
+/// background writer's SIGTERM and the end of the budget end it with a
+/// failure. Either way the mark stays unpublished. The wait is bounded,
+/// unlike a commit's, because a caller asked for an ID, and `problem` in
+/// the status says when a mark has waited longer than `max_wait`.
+pub fn confirm(since: &AtomicI64, lsn: Option<u64>, budget_ms: u64) -> Result<Option<u64>, Failure> {
     let Some(lsn) = lsn.filter(|_| sync_standbys_named()) else {
+        since.store(0, Ordering::Relaxed);
         return Ok(None);
     };
     let started = Instant::now();
+    let _ = since.compare_exchange(0, crate::clock::now_ms(), Ordering::Relaxed, Ordering::Relaxed);
     loop {
         // SAFETY: WalSndCtl lives as long as the server; the flush position
         // synchronous standbys confirmed only grows, and an aligned 8-byte
         // read is atomic.
         let confirmed = unsafe { std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[1]) };
         if confirmed >= lsn {
+            since.store(0, Ordering::Relaxed);
             return Ok(Some(started.elapsed().as_micros() as u64));
+        }
+        if started.elapsed().as_millis() as u64 >= budget_ms {
+            return Err(standby_silent(budget_ms));
         }
         if crate::reserver::terminating() {
             return Err(Failure::new(
@@ -147,6 +157,20 @@ pub fn confirm(lsn: Option<u64>) -> Result<Option<u64>, Failure> {
         // move a few times a second at most; a millisecond is cheap.
         crate::clock::sleep_on_latch(1);
     }
+}
+
+/// The error of a call whose mark a synchronous standby did not confirm in
+/// time.
+pub fn standby_silent(waited_ms: u64) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "no synchronous standby confirmed snowflake_id's durable mark within {}",
+            snowflake_id_core::timefmt::format_duration(waited_ms)
+        ),
+    )
+    .detail("IDs above the mark are issued only once a standby named in synchronous_standby_names has flushed it, so that a failover to that standby cannot repeat them.")
+    .hint("Check that the standbys named in synchronous_standby_names are connected (pg_stat_replication). To issue IDs without them, remove them from synchronous_standby_names and reload; commits then stop waiting for them too.")
 }
 
 /// The record's bytes, if it is a mark record of this format.

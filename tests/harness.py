@@ -213,6 +213,12 @@ class Server:
     def reload(self):
         _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "reload"])
 
+    def reload_and_wait(self):
+        """Reloads the configuration and waits until new sessions have it."""
+        before = self.one("SELECT pg_conf_load_time()")
+        self.reload()
+        self.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
+
     def connect(self, dbname="postgres", autocommit=True):
         conn = psycopg2.connect(host=self.dir, port=self.port, user="postgres", dbname=dbname)
         conn.autocommit = autocommit

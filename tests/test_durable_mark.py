@@ -101,3 +101,19 @@ def test_resume_above_puts_new_ids_above_data_that_came_without_the_mark():
         assert srv.one("SELECT snowflake_nextval()") > top
         code, msg, _ = srv.error("SELECT snowflake_resume_above(-1)")
         assert code == "22003", msg
+
+
+def test_a_synchronous_standby_that_never_answers_bounds_the_wait_and_shows():
+    with server("sync-ghost", conf={"snowflake_id.max_wait": "'500ms'"}) as srv:
+        srv.sql("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+        srv.reload_and_wait()
+        # A wait without end would meet the statement timeout (57014) instead.
+        state, message, hint = srv.error("SET statement_timeout = '30s'; SELECT snowflake_nextval()")
+        assert state == "55000" and message.startswith("no synchronous standby confirmed"), (state, message)
+        assert "synchronous_standby_names" in hint, hint
+        assert srv.one("SELECT problem FROM snowflake_status") == message
+        # Dropping the standby from the settings is the way out; no restart.
+        srv.sql("ALTER SYSTEM RESET synchronous_standby_names")
+        srv.reload_and_wait()
+        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert srv.one("SELECT snowflake_nextval()") > 0

@@ -152,11 +152,19 @@ def test_the_status_is_for_monitoring_roles_through_view_and_function_alike():
 
 
 def test_misspelt_settings_are_reported_at_start_and_removed():
-    conf = {"snowflake_id.layuot": "'js53'", "snowflake_id.max_leed": "'1h'"}
+    conf = {"snowflake_id.layuot": "'js53'", "snowflake_id.max_leed": "'1h'", "Snowflake_ID.Max_Wiat": "'5s'",
+            "SNOWFLAKE_ID.Layout": "'js53'"}
     with server("settings-misspelt", conf=conf) as srv:
         log = srv.log_text()
         for name in ["snowflake_id.layuot", "snowflake_id.max_leed"]:
             assert f'WARNING:  invalid configuration parameter name "{name}", removing it' in log, log[-2000:]
+        # Postgres reserves the prefix as written; names are case-insensitive.
+        assert 'WARNING:  invalid configuration parameter name "Snowflake_ID.Max_Wiat": snowflake_id has no such setting' in log, log[-2000:]
+        # A real setting in another case is that setting.
+        assert "SNOWFLAKE_ID.Layout" not in log
+        assert srv.one("SHOW snowflake_id.layout") == "js53"
+        srv.set_conf(**{"SNOWFLAKE_ID.Layout": None})
+        srv.restart()
         assert srv.one("SHOW snowflake_id.layout") == "snowflake_id"
         state, message, _ = srv.error("SHOW snowflake_id.layuot")
         assert state == "42704", (state, message)
@@ -165,28 +173,33 @@ def test_misspelt_settings_are_reported_at_start_and_removed():
         assert state == "42602" and "invalid configuration parameter name" in message, (state, message)
 
 
-def reload_and_wait(srv):
-    before = srv.one("SELECT pg_conf_load_time()")
-    srv.reload()
-    srv.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
-
-
 def test_a_bad_wait_setting_is_refused_until_a_reload_fixes_it():
     with server("settings-reload", conf={"snowflake_id.max_lead": "'garbage'"}) as srv:
         expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'garbage' in the configuration is invalid")
         # A reload that leaves it (or another bad value) in place changes nothing.
-        reload_and_wait(srv)
+        srv.reload_and_wait()
         expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'garbage'")
         srv.set_conf(**{"snowflake_id.max_lead": "'junk'"})
-        reload_and_wait(srv)
+        srv.reload_and_wait()
         expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'junk'")
         assert "'junk'" in srv.one("SELECT problem FROM snowflake_status")
         # Removing the line and reloading is enough: the default is what remains.
         srv.set_conf(**{"snowflake_id.max_lead": None})
-        reload_and_wait(srv)
+        srv.reload_and_wait()
         assert srv.one("SHOW snowflake_id.max_lead") == "10s"
         assert srv.one("SELECT snowflake_nextval()") > 0
         assert srv.one("SELECT problem FROM snowflake_status") is None
+        # A bad value after a good one: every session, old or new, refuses alike.
+        old = srv.connect().cursor()
+        old.execute("SELECT snowflake_nextval()")
+        srv.set_conf(**{"snowflake_id.max_lead": "'junk2'"})
+        srv.reload_and_wait()
+        expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'junk2'")
+        with pytest.raises(psycopg2.Error) as e:
+            old.execute("SELECT snowflake_nextval()")
+        assert e.value.pgcode == "22023" and "'junk2'" in e.value.diag.message_primary
+        srv.set_conf(**{"snowflake_id.max_lead": None})
+        srv.reload_and_wait()
         # A bad value given through ALTER SYSTEM, fixed through ALTER SYSTEM.
         srv.stop()
         with open(f"{srv.data}/postgresql.auto.conf", "a") as f:
@@ -194,7 +207,7 @@ def test_a_bad_wait_setting_is_refused_until_a_reload_fixes_it():
         srv.start()
         expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_wait = 'forever'")
         srv.sql("ALTER SYSTEM SET snowflake_id.max_wait = '2s'")
-        reload_and_wait(srv)
+        srv.reload_and_wait()
         assert srv.one("SELECT snowflake_nextval()") > 0
 
 
@@ -222,9 +235,11 @@ def test_problem_is_the_error_the_next_call_raises():
         path = f"{srv.data}/snowflake_id.state"
         os.chmod(path, 0o444)
         try:
+            # While the mark is ahead, the next call needs no write: no problem yet.
+            assert srv.one("SELECT problem FROM snowflake_status WHERE durable_mark > clock_timestamp() + interval '200 ms'") is None
+            srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_status", timeout=30)
             problem = srv.one("SELECT problem FROM snowflake_status")
             assert problem.startswith('could not write the durable state file'), problem
-            srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_status", timeout=30)
             got, message, _ = srv.error("SELECT snowflake_nextval()")
             assert (got, message) == ("58030", problem)
         finally:

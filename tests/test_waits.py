@@ -144,3 +144,40 @@ def test_single_calls_are_served_in_turn_beside_a_session_taking_batches():
         assert ids == sorted(set(ids))
         assert hog_batches, "the hog never got a batch: it did not compete"
         print(f"{len(ids)} single calls beside two batch sessions ({len(hog_batches)} batches of 50000): none failed")
+
+
+def test_single_calls_find_room_beside_a_crowd_of_batch_sessions():
+    """70 sessions each claiming a 64th of a js53 tick ahead would fill the
+    whole line for the next tick; batches may claim only the first half of it."""
+    with server("waits-crowd", conf={**JS53, "max_connections": 100}) as srv:
+        stop = threading.Event()
+        got, refused = [], []
+
+        def batches():
+            c = srv.connect().cursor()
+            while not stop.is_set():
+                try:
+                    c.execute("SELECT count(*) FROM snowflake_nextval_batch(1024)")
+                    got.append(c.fetchone()[0])
+                except psycopg2.Error as e:
+                    assert e.pgcode == "55000", e
+                    refused.append(e.pgcode)
+        crowd = [threading.Thread(target=batches) for _ in range(70)]
+        for t in crowd:
+            t.start()
+        try:
+            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=60)
+            cur = srv.connect().cursor()
+            errors = []
+            for _ in range(10):
+                try:
+                    cur.execute("SELECT snowflake_nextval()")
+                except psycopg2.Error as e:
+                    errors.append(f"{e.pgcode} {e.diag.message_primary}")
+        finally:
+            stop.set()
+            for t in crowd:
+                t.join()
+        assert not errors, errors[:3]
+        assert got, "the crowd never got a batch: it did not compete"
+        print(f"10 single calls beside 70 batch sessions ({len(got)} batches, {len(refused)} refused): none failed")

@@ -121,6 +121,10 @@ pub enum Blocked {
     /// caller's patience allow; the clock must reach `resume_tick` first.
     /// `next_tick` is the tick the next ID would carry.
     AheadOfClock { resume_tick: u64, next_tick: u64 },
+    /// A batch found the part of the first tick beyond the lead that
+    /// batches may claim already claimed (the rest is kept for single IDs);
+    /// it may try again once the clock reaches `retry_tick`.
+    BatchLaneFull { retry_tick: u64, next_tick: u64 },
     /// The layout has no tick left.
     Exhausted,
 }
@@ -132,10 +136,11 @@ pub enum Blocked {
 /// `patience_ticks` is how many ticks the caller is willing to wait for the
 /// clock. With patience, a caller that finds the lead used up claims its
 /// values now, in line, and hands them out once the clock has caught up
-/// ([`Taken::ready_tick`]): waiters are served in the order they came, so a
-/// session taking large batches cannot starve single calls of others. A run
+/// ([`Taken::ready_tick`]): waiters are served in the order they came. A run
 /// claimed ahead holds at most [`Limits::queue_cap`] values and stays in one
-/// tick, so no one caller holds the line for long.
+/// tick, so no one caller holds the line for long; and takes of more than one
+/// value claim ahead only in the first half of a tick, so however many
+/// sessions take batches, the rest of the tick stays for single calls.
 #[inline]
 pub fn try_take(
     shared: &Shared,
@@ -167,8 +172,15 @@ pub fn try_take(
         let count = if first_tick <= allowed_tick {
             want.min(((allowed_tick + 1) << s) - first)
         } else {
-            want.min(lim.queue_cap)
-                .min(((first_tick + 1) << s) - first)
+            let in_tick = first - (first_tick << s);
+            let lane_end = if want > 1 { (1u64 << s) / 2 } else { 1u64 << s };
+            if in_tick >= lane_end {
+                return Err(Blocked::BatchLaneFull {
+                    retry_tick: now_tick + 1,
+                    next_tick: first_tick,
+                });
+            }
+            want.min(lim.queue_cap).min(lane_end - in_tick)
         };
         let last_tick = (first + count - 1) >> s;
         if last_tick >= shared.durable_end.load(Ordering::Acquire) {
@@ -204,10 +216,12 @@ pub fn try_take(
     }
 }
 
-/// The largest `max_lead` the setting takes, in ms: about 31,700 years,
-/// more than any named layout's whole time range, so a forward clock jump
-/// of any size that IDs were issued in has a lead that covers it.
-pub const MAX_LEAD_LIMIT_MS: u64 = 1_000_000_000_000_000;
+/// The largest `max_lead` the setting takes, in ms: a million days (about
+/// 2,700 years), more than any named layout's whole time range, so a
+/// forward clock jump of any size that IDs were issued in has a lead that
+/// covers it. A round number of days, so that `SHOW` prints it ('1e+06d')
+/// as a value the setting takes back.
+pub const MAX_LEAD_LIMIT_MS: u64 = 1_000_000 * 86_400_000;
 
 /// The settings that shape waiting, checked against the layout, with the
 /// limits they imply worked out once (no division per call).
@@ -270,8 +284,10 @@ pub trait Env {
     /// be cancelled. Returns how long it really waited, in microseconds,
     /// by a clock that does not step.
     fn wait_ms(&mut self, ms: u64) -> Result<u64, Self::Error>;
-    /// Makes the durable mark cover `through_tick` and publishes it.
-    fn make_durable(&mut self, through_tick: u64) -> Result<(), Self::Error>;
+    /// Makes the durable mark cover `through_tick` and publishes it, waiting
+    /// at most about `budget_ms` for anything (a synchronous standby) the
+    /// publication needs. Returns how long it waited for that, in µs.
+    fn make_durable(&mut self, through_tick: u64, budget_ms: u64) -> Result<u64, Self::Error>;
     /// Turns a failure into the caller's error.
     fn fail(&mut self, failure: Failure) -> Self::Error;
 }
@@ -296,11 +312,13 @@ pub fn take_at(
     }))
 }
 
+/// How far the start of a run's last tick is ahead of the clock reading
+/// `now` (0 when it is not ahead): after a burst, and after a backward step
+/// of the clock, whose IDs continue in a tick the clock has left.
+#[inline]
 fn ahead_ms(layout: &Layout, lim: &Limits, t: &Taken, now: UnixMs) -> i64 {
-    if t.borrowed_ticks == 0 {
-        return 0;
-    }
-    layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits) - now
+    let start = layout.tick_start_ms((t.first + t.count - 1) >> lim.sequence_bits);
+    (start - now).max(0)
 }
 
 /// How long one call may still wait for the clock: `max_wait` bounds the
@@ -330,7 +348,8 @@ impl Budget {
 
 /// Hands out `want` counter values through `sink`, in one or more
 /// increasing runs, waiting for the clock or the durable mark as needed.
-/// All its waits for the clock together last at most `max_wait`.
+/// All its waits (for the clock, and for a synchronous standby to confirm
+/// a mark) together last at most about `max_wait`.
 pub fn generate<E: Env>(
     shared: &Shared,
     layout: &Layout,
@@ -377,8 +396,22 @@ pub fn generate<E: Env>(
                 left -= t.count;
                 sink(t);
             }
-            Err(Blocked::NeedDurable { through_tick }) => env.make_durable(through_tick)?,
+            Err(Blocked::NeedDurable { through_tick }) => {
+                budget.waited_us += env.make_durable(through_tick, budget.left_ms())?;
+            }
             Err(Blocked::Exhausted) => return Err(env.fail(exhausted(layout))),
+            Err(Blocked::BatchLaneFull {
+                retry_tick,
+                next_tick,
+            }) => {
+                let wait = (layout.tick_start_ms(retry_tick) - now).max(1) as u64;
+                if wait > budget.left_ms() {
+                    let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
+                    return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
+                }
+                budget.waited_us += env.wait_ms(wait)?;
+                now = env.now_ms();
+            }
             Err(Blocked::AheadOfClock {
                 resume_tick,
                 next_tick,
@@ -437,12 +470,15 @@ fn batch_too_large(
             layout.title(),
             format_duration(policy.max_lead_ms)
         ))
-        .hint(format!(
-            "Ask for at most {room} IDs per call, or let IDs run further ahead: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
-            setting_value_at_least(
-                (layout.tick_start_ms(last_tick) - now).max(0) as u64 + 1000
-            )
-        )),
+        .hint({
+            let lead = setting_value_at_least((layout.tick_start_ms(last_tick) - now).max(0) as u64 + 1000);
+            let raise = format!("let IDs run further ahead: ALTER SYSTEM SET snowflake_id.max_lead = '{lead}'; SELECT pg_reload_conf();");
+            if room == 0 {
+                format!("IDs are already as far ahead of the clock as max_lead allows: call again once the clock has caught up, or {raise}")
+            } else {
+                format!("Ask for at most {room} IDs per call, or {raise}")
+            }
+        }),
     )
 }
 
@@ -515,14 +551,15 @@ fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64, waited_ms: u64) -
     Failure::new(
         Class::NotReady,
         format!(
-            "the system clock is {} behind the time of the last issued ID, more than snowflake_id.max_lead ({}) allows",
+            "the system clock is {} behind the time of the next ID, more than snowflake_id.max_lead ({}) allows",
             format_duration(behind_ms),
             format_duration(policy.max_lead_ms)
         ),
     )
     .detail(detail)
+    // The value is rounded up, by less than a day, when it is written out.
     .hint(match behind_ms.saturating_add(1000) {
-        lead if lead <= MAX_LEAD_LIMIT_MS => format!(
+        lead if lead.saturating_add(86_400_000) <= MAX_LEAD_LIMIT_MS => format!(
             "If the clock was stepped back, IDs resume by themselves in {}. To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
             format_duration(wait_ms),
             setting_value_at_least(lead)
@@ -786,7 +823,7 @@ mod tests {
             self.now += ms as i64;
             Ok(ms * 1000)
         }
-        fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
+        fn make_durable(&mut self, through_tick: u64, _budget_ms: u64) -> Result<u64, Failure> {
             self.writes += 1;
             let now_tick = (self.now - DEFAULT_EPOCH_MS) as u64;
             let mark = self
@@ -794,7 +831,7 @@ mod tests {
                 .target(&self.shared, &self.lim, now_tick, through_tick);
             assert!(mark >= through_tick);
             self.shared.publish_durable(mark);
-            Ok(())
+            Ok(0)
         }
         fn fail(&mut self, f: Failure) -> Failure {
             f
@@ -872,12 +909,17 @@ mod tests {
     struct BesideAHog {
         inner: FakeEnv,
         layout: Layout,
+        /// The hog is many sessions taking batches with patience: they also
+        /// claim every place in line a batch may claim.
+        queues_too: bool,
     }
 
     impl BesideAHog {
         fn hog_takes_all(&mut self) {
             let lim = self.inner.lim;
             while let Some(Ok(_)) = take_at(&self.inner.shared, &self.layout, &lim, self.inner.now, u64::MAX >> 1) {}
+            let now_tick = self.layout.tick_at_ms(self.inner.now).unwrap();
+            while self.queues_too && try_take(&self.inner.shared, &lim, now_tick, 64, 1000).is_ok() {}
         }
     }
 
@@ -891,8 +933,8 @@ mod tests {
             self.hog_takes_all();
             Ok(waited)
         }
-        fn make_durable(&mut self, through_tick: u64) -> Result<(), Failure> {
-            self.inner.make_durable(through_tick)
+        fn make_durable(&mut self, through_tick: u64, budget_ms: u64) -> Result<u64, Failure> {
+            self.inner.make_durable(through_tick, budget_ms)
         }
         fn fail(&mut self, f: Failure) -> Failure {
             f
@@ -906,7 +948,7 @@ mod tests {
         let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
         let shared = inner.shared.clone();
         shared.publish_durable(1 << 30);
-        let mut env = BesideAHog { inner, layout };
+        let mut env = BesideAHog { inner, layout, queues_too: false };
         env.hog_takes_all();
         let hogged = shared.next();
         for _ in 0..50 {
@@ -921,13 +963,34 @@ mod tests {
     }
 
     #[test]
+    fn many_sessions_of_batches_leave_room_for_single_calls() {
+        let layout = one_ms_layout(8);
+        let policy = Policy::new(&layout, 10, 100).unwrap();
+        let (inner, shared) = world(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
+        shared.publish_durable(1 << 30);
+        let mut env = BesideAHog { inner, layout, queues_too: true };
+        for _ in 0..50 {
+            env.hog_takes_all();
+            let mut got = vec![];
+            generate(&shared, &layout, &policy, &mut env, 1, |t| got.push(t))
+                .expect("single calls must find room beside any number of batch sessions");
+            assert_eq!(got.len(), 1);
+        }
+        // A batch in that crowd waits for its turn, a tick at a time, and
+        // gives up when max_wait is spent.
+        let e = generate(&shared, &layout, &policy, &mut env, 200, |_| {}).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(env.inner.waited <= 50 * 2 + 100);
+    }
+
+    #[test]
     fn max_wait_bounds_all_the_waits_of_one_call() {
         let layout = one_ms_layout(4);
         let policy = Policy::new(&layout, 10, 100).unwrap();
         let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
         let shared = inner.shared.clone();
         shared.publish_durable(1 << 30);
-        let mut env = BesideAHog { inner, layout };
+        let mut env = BesideAHog { inner, layout, queues_too: false };
         // 30 ticks of IDs fit within max_wait when nobody else asks, so the
         // batch starts; beside the hog it gets a sliver per tick and gives up
         // once its waits add up to max_wait.

@@ -583,7 +583,7 @@ impl Layout {
         let since = unix_us.saturating_sub(epoch_us);
         let first = format_instant(self.epoch_ms);
         let last = format_instant(self.end_ms() - 1);
-        let range = || {
+        let range = |bound: &str, side: &str| {
             Failure::new(
                 Class::TimeOutOfRange,
                 format!(
@@ -592,14 +592,17 @@ impl Layout {
                     self.title()
                 ),
             )
-            .hint("Give a time inside the layout's range, or clamp it first, e.g. greatest(ts, snowflake_timestamp(0)).")
+            .hint(format!(
+                "Give a time {side} {bound}, or clamp it to that first (with {}).",
+                if side == "at or after" { "greatest" } else { "least" }
+            ))
         };
         if since < 0 {
-            return Err(range());
+            return Err(range(&first, "at or after"));
         }
         let tick = since / unit_us;
         if tick > i128::from(self.last_tick()) {
-            return Err(range());
+            return Err(range(&last, "at or before"));
         }
         Ok(self.compose(Parts {
             tick: tick as u64,

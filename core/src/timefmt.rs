@@ -197,10 +197,12 @@ pub fn format_instant(ms: UnixMs) -> String {
         in_day / 1000 % 60,
         in_day % 1000,
     );
+    // Years before 1 as Postgres writes them: 0 is 1 BC.
+    let (y, era) = if y <= 0 { (1 - y, " BC") } else { (y, "") };
     if frac == 0 {
-        format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}+00")
+        format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}+00{era}")
     } else {
-        format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}.{frac:03}+00")
+        format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02}:{s:02}.{frac:03}+00{era}")
     }
 }
 
@@ -310,6 +312,7 @@ mod tests {
             assert_eq!(parse_instant(&format_instant(ms)), Ok(ms), "{ms}");
         }
         assert_eq!(format_instant(1_735_689_600_000), "2025-01-01 00:00:00+00");
+        assert_eq!(format_instant(-210_866_803_200_000), "4714-11-24 00:00:00+00 BC");
         assert_eq!(
             format_instant(1_288_834_974_657),
             "2010-11-04 01:42:54.657+00"
