@@ -71,7 +71,7 @@ def main():
     p.add_argument("--sessions", type=int, default=4)
     a = p.parse_args()
 
-    srv = Server("bench-fairness", conf={"snowflake_id.layout": "'js53'"})
+    srv = Server("bench-fairness", conf={"snowflake_id.layout": "'js53'", "max_connections": a.sessions + 20})
     srv.start()
     try:
         srv.sql("CREATE EXTENSION snowflake_id")
