@@ -101,6 +101,44 @@ def test_no_rust_backtrace_reaches_a_client_whatever_the_servers_environment():
 JS53 = {"snowflake_id.layout": "'js53'"}
 
 
+def singles_beside_batches(srv, sessions, batch, calls):
+    """Starts `sessions` sessions looping snowflake_nextval_batch(batch), waits
+    until they have used up the lead, makes `calls` single calls, and stops
+    them. Returns the single calls' IDs and errors, and the batches got."""
+    stop = threading.Event()
+    got, unexpected = [], []
+
+    def batches():
+        c = srv.connect().cursor()
+        while not stop.is_set():
+            try:
+                c.execute(f"SELECT count(*) FROM snowflake_nextval_batch({batch})")
+                got.append(c.fetchone()[0])
+            except psycopg2.Error as e:
+                if e.pgcode != "55000":  # waited max_wait in vain: as documented
+                    unexpected.append(f"{e.pgcode} {e.diag.message_primary}")
+    crowd = [threading.Thread(target=batches) for _ in range(sessions)]
+    for t in crowd:
+        t.start()
+    ids, errors = [], []
+    try:
+        srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=60)
+        cur = srv.connect().cursor()
+        for _ in range(calls):
+            try:
+                cur.execute("SELECT snowflake_nextval()")
+                ids.append(cur.fetchone()[0])
+            except psycopg2.Error as e:
+                errors.append(f"{e.pgcode} {e.diag.message_primary}")
+    finally:
+        stop.set()
+        for t in crowd:
+            t.join()
+    assert not unexpected, unexpected[:3]
+    assert got, "the batch sessions never got a batch: they did not compete"
+    return ids, errors, got
+
+
 def test_single_calls_are_served_in_turn_beside_a_session_taking_batches():
     with server("waits-hog", conf=JS53) as srv:
         # A batch larger than the lead and max_wait allow is refused at once
@@ -111,73 +149,16 @@ def test_single_calls_are_served_in_turn_beside_a_session_taking_batches():
         assert "Ask for at most" in hint, hint
         assert srv.one("SELECT ids_issued FROM snowflake_status") == before
 
-        stop = threading.Event()
-        hog_batches = []
-
-        def hog():
-            c = srv.connect().cursor()
-            while not stop.is_set():
-                try:
-                    c.execute("SELECT count(*) FROM snowflake_nextval_batch(50000)")
-                    hog_batches.append(c.fetchone()[0])
-                except psycopg2.Error as e:
-                    assert e.pgcode == "55000", e
-        hogs = [threading.Thread(target=hog) for _ in range(2)]
-        for h in hogs:
-            h.start()
-        try:
-            # Wait until the hogs have used up the lead: calls must now wait.
-            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=30)
-            cur = srv.connect().cursor()
-            ids, errors = [], []
-            for _ in range(15):
-                try:
-                    cur.execute("SELECT snowflake_nextval()")
-                    ids.append(cur.fetchone()[0])
-                except psycopg2.Error as e:
-                    errors.append(f"{e.pgcode} {e.diag.message_primary}")
-        finally:
-            stop.set()
-            for h in hogs:
-                h.join()
+        ids, errors, got = singles_beside_batches(srv, sessions=2, batch=50000, calls=15)
         assert not errors, errors[:3]
         assert ids == sorted(set(ids))
-        assert hog_batches, "the hog never got a batch: it did not compete"
-        print(f"{len(ids)} single calls beside two batch sessions ({len(hog_batches)} batches of 50000): none failed")
+        print(f"{len(ids)} single calls beside two batch sessions ({len(got)} batches of 50000): none failed")
 
 
 def test_single_calls_find_room_beside_a_crowd_of_batch_sessions():
     """70 sessions each claiming a 64th of a js53 tick ahead would fill the
     whole line for the next tick; batches may claim only the first half of it."""
     with server("waits-crowd", conf={**JS53, "max_connections": 100}) as srv:
-        stop = threading.Event()
-        got, refused = [], []
-
-        def batches():
-            c = srv.connect().cursor()
-            while not stop.is_set():
-                try:
-                    c.execute("SELECT count(*) FROM snowflake_nextval_batch(1024)")
-                    got.append(c.fetchone()[0])
-                except psycopg2.Error as e:
-                    assert e.pgcode == "55000", e
-                    refused.append(e.pgcode)
-        crowd = [threading.Thread(target=batches) for _ in range(70)]
-        for t in crowd:
-            t.start()
-        try:
-            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=60)
-            cur = srv.connect().cursor()
-            errors = []
-            for _ in range(10):
-                try:
-                    cur.execute("SELECT snowflake_nextval()")
-                except psycopg2.Error as e:
-                    errors.append(f"{e.pgcode} {e.diag.message_primary}")
-        finally:
-            stop.set()
-            for t in crowd:
-                t.join()
+        ids, errors, got = singles_beside_batches(srv, sessions=70, batch=1024, calls=10)
         assert not errors, errors[:3]
-        assert got, "the crowd never got a batch: it did not compete"
-        print(f"10 single calls beside 70 batch sessions ({len(got)} batches, {len(refused)} refused): none failed")
+        print(f"{len(ids)} single calls beside 70 batch sessions ({len(got)} batches of 1024): none failed")
