@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh  # the system PostgreSQL is all this needs
 export PATH="$HOME/.cargo/bin:$PATH"
 
 printf '\n==> Building and installing snowflake_id (release)\n'

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh  # the system PostgreSQL is all this needs
 export PATH="$HOME/.cargo/bin:$PATH"
 PG_BIN=/usr/lib/postgresql/15/bin
 DEMO="${SNOWFLAKE_DEMO_DIR:-/tmp/snowflake_id-demo}"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything snowflake_id needs to build, test and benchmark on
 # Debian 12, as root: Debian packages, the Rust toolchain if missing,
-# cargo-pgrx 0.18.1, and `cargo pgrx init` against the system PostgreSQL 15.
+# cargo-pgrx 0.18.1, PostgreSQL 17 and 18 built from Debian's source
+# packages (scripts/postgres-builds.sh, cached outside the repository), and
+# `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 
-PG_MAJOR=15
+. "$(dirname "$0")/versions.sh"
+PG_MAJOR=$SYSTEM_MAJOR
 PGRX_VERSION=0.18.1
 PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config"
 
@@ -19,7 +22,7 @@ fi
 packages=(
     build-essential pkg-config clang libclang-dev libssl-dev ca-certificates curl git
     "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libpq-dev
-    sudo faketime libfaketime
+    sudo faketime libfaketime bison flex zlib1g-dev
     python3 python3-psycopg2 python3-pytest python3-matplotlib
 )
 missing=()
@@ -43,7 +46,22 @@ if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 
-if ! grep -qsF "pg$PG_MAJOR = \"$PG_CONFIG\"" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-    say "Pointing pgrx at the system PostgreSQL $PG_MAJOR"
-    cargo pgrx init "--pg$PG_MAJOR" "$PG_CONFIG"
+# The other majors the extension is built and tested on (the demo and the
+# benchmark need only the system's: they set SNOWFLAKE_OTHER_MAJORS="").
+if [[ -n "$OTHER_MAJORS" ]]; then
+    "$(dirname "$0")/postgres-builds.sh" $OTHER_MAJORS
 fi
+
+pgrx_args=("--pg$PG_MAJOR" "$PG_CONFIG")
+for m in $OTHER_MAJORS; do
+    pgrx_args+=("--pg$m" "$PG_CACHE/$m/bin/pg_config")
+done
+config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
+for ((i = 0; i < ${#pgrx_args[@]}; i += 2)); do
+    key=${pgrx_args[i]#--}
+    if ! grep -qsF "$key = \"${pgrx_args[i + 1]}\"" "$config"; then
+        say "Pointing pgrx at PostgreSQL 15 (system) and the builds of $OTHER_MAJORS"
+        cargo pgrx init "${pgrx_args[@]}"
+        break
+    fi
+done

@@ -6,11 +6,15 @@
 #   4. against real servers started for the purpose: pg_regress files,
 #      concurrency, crashes (kill -9), restarts, clock steps (libfaketime),
 #      bulk throttling, settings (pytest, tests/*.py)
+#   5. the same on the other PostgreSQL majors (scripts/versions.sh): the
+#      #[pg_test] tests, the regression files and the update from 0.1.0 on
+#      each, and every real-server test on the newest
 # Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+. scripts/versions.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
@@ -20,7 +24,7 @@ step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
 
 # Servers left running by an interrupted earlier run would hold ports and files.
 if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
-    for pid_file in "$SNOWFLAKE_TEST_DIR"/*/data/postmaster.pid "$SNOWFLAKE_TEST_DIR"/pgrx/postmaster.pid; do
+    for pid_file in "$SNOWFLAKE_TEST_DIR"/*/data/postmaster.pid "$SNOWFLAKE_TEST_DIR"/pgrx*/postmaster.pid; do
         [[ -f "$pid_file" ]] && sudo -u postgres /usr/lib/postgresql/15/bin/pg_ctl -D "$(dirname "$pid_file")" -m immediate stop || true
     done
     rm -rf "$SNOWFLAKE_TEST_DIR"
@@ -50,5 +54,23 @@ cargo pgrx install --pg-config "$PG_CONFIG"
 
 step "Real servers: regression files, concurrency, crashes, clock steps, settings"
 /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/
+
+for major in $OTHER_MAJORS; do
+    bin="$PG_CACHE/$major/bin"
+    step "PostgreSQL $major: #[pg_test] tests"
+    cargo pgrx test "pg$major" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$major"
+    step "PostgreSQL $major: installing the extension into its build"
+    cargo pgrx install --pg-config "$bin/pg_config"
+    chmod -R a+rX "$PG_CACHE/$major/"
+    export PG_BIN="$bin" PG_REGRESS="$PG_CACHE/$major/lib/pgxs/src/test/regress/pg_regress"
+    if [[ $major == "$NEWEST_MAJOR" ]]; then
+        step "PostgreSQL $major: every real-server test"
+        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/
+    else
+        step "PostgreSQL $major: regression files, the update from 0.1.0"
+        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/test_regress.py tests/test_upgrade.py
+    fi
+    unset PG_BIN PG_REGRESS
+done
 
 step "All tests passed"

@@ -120,6 +120,7 @@ pub fn resume(st: &State) {
 /// archive recovery). Persists the mark to the state file, since no
 /// checkpoint callback will, then raises the generator above it. Raises
 /// nothing: an ERROR here would stop the server.
+#[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))] // no WAL marks before 15
 pub fn replay(rec: &Record) {
     let Some(st) = crate::shmem::state() else {
         return;
@@ -168,6 +169,7 @@ pub fn replay(rec: &Record) {
 
 /// Redo of a mark record that cannot be read: generation is refused, since
 /// the mark it held is unknown.
+#[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))]
 pub fn replay_unreadable(why: &str) {
     crate::errors::log(
         Failure::new(

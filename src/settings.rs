@@ -64,6 +64,19 @@ static PROBLEMS_SEEN_AT: ProcessLocal<Cell<pg_sys::TimestampTz>> = ProcessLocal(
 /// One bit per entry of `POLICY_PROBLEM`, so the hot path checks one word.
 static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 
+/// The current value of a Postgres integer setting, read by name (0 if
+/// unreadable: only for sizing, where a setting always has a value).
+#[cfg_attr(not(any(feature = "pg13", feature = "pg14")), allow(dead_code))]
+pub fn int_setting(name: &str) -> i32 {
+    let Ok(name) = CString::new(name) else { return 0 };
+    // SAFETY: reading a setting's current value as text.
+    let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
+    if p.is_null() {
+        return 0;
+    }
+    unsafe { CStr::from_ptr(p) }.to_str().ok().and_then(|t| t.parse().ok()).unwrap_or(0)
+}
+
 /// The raw text a setting had in the configuration before it was defined.
 fn placeholder(name: &CStr) -> Option<String> {
     // SAFETY: called in _PG_init, in the process that read the configuration.

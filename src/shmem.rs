@@ -132,15 +132,15 @@ static mut PREV_SHMEM_REQUEST: pg_sys::shmem_request_hook_type = None;
 
 /// Processes that can own a slot: every backend, worker and auxiliary process.
 fn slot_count() -> u64 {
+    // Before 15 the library asks for shared memory before Postgres has
+    // worked out MaxBackends: add it up from the settings it is made of
+    // (read by name: pgrx does not bind all of their variables there).
     #[cfg(any(feature = "pg13", feature = "pg14"))]
-    // SAFETY: plain reads of settings already loaded in the postmaster.
-    let backends = unsafe {
-        pg_sys::MaxConnections
-            + pg_sys::autovacuum_max_workers
-            + 1
-            + pg_sys::max_worker_processes
-            + pg_sys::max_wal_senders
-    };
+    let backends = ["max_connections", "autovacuum_max_workers", "max_worker_processes", "max_wal_senders"]
+        .iter()
+        .map(|name| crate::settings::int_setting(name))
+        .sum::<i32>()
+        + 1;
     #[cfg(not(any(feature = "pg13", feature = "pg14")))]
     // SAFETY: MaxBackends is final by the time shared memory is requested.
     let backends = unsafe { pg_sys::MaxBackends };

@@ -7,10 +7,14 @@
 //! no custom resource managers (marks are not WAL-logged there, see the
 //! README), and the current timeline is read differently before 15.
 
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 use crate::errors;
 use pgrx::pg_sys;
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 use pgrx::PgLogLevel;
-use snowflake_id_core::mark::{Record, RECORD};
+use snowflake_id_core::mark::Record;
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+use snowflake_id_core::mark::RECORD;
 use snowflake_id_core::{Class, Failure};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
@@ -110,7 +114,11 @@ pub fn latest_replayed_commit_ms() -> Option<i64> {
 /// a session's own `synchronous_commit` (which any user may turn off) must
 /// not publish a mark other sessions' IDs then rely on.
 pub fn sync_standbys_named() -> bool {
+    // Before 15 no mark is WAL-logged, so there is nothing to confirm.
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    return false;
     // SAFETY: settings of this process, read on its one thread.
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
     unsafe {
         let names = pg_sys::SyncRepStandbyNames;
         pg_sys::max_wal_senders > 0 && !names.is_null() && *names != 0
