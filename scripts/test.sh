@@ -9,6 +9,9 @@
 #   5. the same on the other PostgreSQL majors (scripts/versions.sh): the
 #      #[pg_test] tests, the regression files and the update from 0.1.0 on
 #      each, and every real-server test on the newest
+#   6. the Debian packages (scripts/package.sh): their fields and files, the
+#      system major's installed with apt and used, the others' used on
+#      their builds
 # Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +56,7 @@ step "Installing the extension into the system PostgreSQL"
 cargo pgrx install --pg-config "$PG_CONFIG"
 
 step "Real servers: regression files, concurrency, crashes, clock steps, settings"
-/usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/
+/usr/bin/python3 -m pytest -v -s -p no:cacheprovider --ignore=tests/test_packages.py tests/
 
 for major in $OTHER_MAJORS; do
     bin="$PG_CACHE/$major/bin"
@@ -65,12 +68,17 @@ for major in $OTHER_MAJORS; do
     export PG_BIN="$bin" PG_REGRESS="$PG_CACHE/$major/lib/pgxs/src/test/regress/pg_regress"
     if [[ $major == "$NEWEST_MAJOR" ]]; then
         step "PostgreSQL $major: every real-server test"
-        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/
+        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider --ignore=tests/test_packages.py tests/
     else
         step "PostgreSQL $major: regression files, the update from 0.1.0"
         /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/test_regress.py tests/test_upgrade.py
     fi
     unset PG_BIN PG_REGRESS
 done
+
+step "Packages: a release .deb per major"
+scripts/package.sh "$SYSTEM_MAJOR" $OTHER_MAJORS
+step "Packages: installed and used"
+/usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/test_packages.py
 
 step "All tests passed"

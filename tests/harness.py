@@ -48,12 +48,14 @@ class Server:
     """
 
     def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None,
-                 env=None):
+                 env=None, bin=None):
         """copy_of: a running Server to base-backup instead of running initdb
         (standby=True makes the copy a streaming standby of it; copy_with(data_dir)
         makes the copy itself instead of pg_basebackup). env: extra environment
-        variables for the server's processes."""
+        variables for the server's processes. bin: the PostgreSQL binaries'
+        directory, PG_BIN by default."""
         self.name = name
+        self.bin = bin or PG_BIN
         self.extra_env = dict(env or {})
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
@@ -74,7 +76,7 @@ class Server:
             self._base_backup(copy_of, standby)
             inherited = copy_of.harness_settings()
         else:
-            _as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
+            _as_postgres([f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
             inherited = {}
         base = {
             "port": self.port,
@@ -96,7 +98,7 @@ class Server:
 
     def _base_backup(self, source, standby):
         """pg_basebackup of `source` into this server's data directory."""
-        cmd = [f"{PG_BIN}/pg_basebackup", "-h", source.dir, "-p", str(source.port), "-U", "postgres",
+        cmd = [f"{self.bin}/pg_basebackup", "-h", source.dir, "-p", str(source.port), "-U", "postgres",
                "-D", self.data, "-X", "stream", "-c", "fast", "--no-sync"]
         if standby:
             cmd.append("-R")
@@ -153,7 +155,7 @@ class Server:
 
     def start(self, check=True):
         r = _as_postgres(
-            [f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
+            [f"{self.bin}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
             env=self.env(),
             check=False,
         )
@@ -162,10 +164,10 @@ class Server:
         return r
 
     def stop(self, mode="fast"):
-        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)
 
     def promote(self):
-        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote"])
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote"])
 
     def wait_for(self, query, timeout=60, what=None):
         """Polls `query` until it returns a true first value."""
@@ -211,7 +213,7 @@ class Server:
         self.start()
 
     def reload(self):
-        _as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "reload"])
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "reload"])
 
     def reload_and_wait(self):
         """Reloads the configuration and waits until new sessions have it."""

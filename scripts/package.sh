@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds one Debian package per PostgreSQL major from `cargo pgrx package`:
+#   postgresql-<major>-snowflake-id_<version>-<revision>_<arch>.deb
+# laid out as Debian's and apt.postgresql.org's PostgreSQL packages expect
+# (/usr/lib/postgresql/<major>/lib, /usr/share/postgresql/<major>/extension)
+# and depending on postgresql-<major>, whatever prefix the PostgreSQL it was
+# built against lives in.
+#
+# usage: scripts/package.sh [major...]   (default: every major in versions.sh)
+# Output: $SNOWFLAKE_PACKAGE_DIR, by default target/debian. Needs setup.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/versions.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+maintainer=$(sed -n 's/^authors = \["\(.*\)"\]/\1/p' Cargo.toml | head -n 1)
+# The Debian revision: raised when the packaging changes and the code does not.
+revision=1
+arch=$(dpkg --print-architecture)
+out="${SNOWFLAKE_PACKAGE_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/debian}"
+majors="${*:-$SYSTEM_MAJOR $OTHER_MAJORS}"
+mkdir -p "$out"
+
+pg_config_of() {
+    if [[ $1 == "$SYSTEM_MAJOR" ]]; then
+        echo "/usr/lib/postgresql/$1/bin/pg_config"
+    else
+        echo "$PG_CACHE/$1/bin/pg_config"
+    fi
+}
+
+# Debian's machine-readable copyright file, from the project's license.
+copyright() {
+    printf 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n'
+    printf 'Upstream-Name: snowflake_id\n\nFiles: *\nCopyright: 2026 the snowflake_id developers\nLicense: MIT\n'
+    tail -n +5 LICENSE | sed -e 's/^$/./' -e 's/^/ /'
+}
+
+for major in $majors; do
+    pg_config=$(pg_config_of "$major")
+    if [[ ! -x $pg_config ]]; then
+        echo "package.sh: no PostgreSQL $major at $pg_config (run scripts/setup.sh)" >&2
+        exit 1
+    fi
+    name="postgresql-$major-snowflake-id"
+    deb="$out/${name}_$version-${revision}_$arch.deb"
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+
+    printf '\n==> %s\n' "$(basename "$deb")"
+    cargo pgrx package --pg-config "$pg_config" --out-dir "$stage/pgrx"
+    built_lib="$stage/pgrx$("$pg_config" --pkglibdir)"
+    built_ext="$stage/pgrx$("$pg_config" --sharedir)/extension"
+
+    root="$stage/root"
+    lib="$root/usr/lib/postgresql/$major/lib"
+    ext="$root/usr/share/postgresql/$major/extension"
+    doc="$root/usr/share/doc/$name"
+    install -d "$lib" "$ext" "$doc" "$root/DEBIAN"
+    # Debian installs shared objects 0644 and stripped of what the dynamic
+    # linker does not use; the exported symbols Postgres looks up stay.
+    install -m 0644 "$built_lib/snowflake_id.so" "$lib/"
+    strip --strip-unneeded --remove-section=.comment --remove-section=.note "$lib/snowflake_id.so"
+    install -m 0644 "$built_ext"/snowflake_id.control "$built_ext"/snowflake_id--*.sql "$ext/"
+    copyright > "$doc/copyright"
+    gzip -9n < CHANGELOG.md > "$doc/changelog.gz"
+    chmod 0644 "$doc"/*
+
+    # The C library and unwinder versions the library needs, the Debian way.
+    mkdir -p "$stage/debian"
+    printf 'Source: snowflake-id\n\nPackage: %s\nArchitecture: any\n' "$name" > "$stage/debian/control"
+    shlibs=$(cd "$stage" && dpkg-shlibdeps -O "$lib/snowflake_id.so" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+    [[ -n $shlibs ]] || { echo "package.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
+
+    (cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum > DEBIAN/md5sums)
+    cat > "$root/DEBIAN/control" <<EOF
+Package: $name
+Version: $version-$revision
+Architecture: $arch
+Maintainer: $maintainer
+Installed-Size: $(du -k -s --exclude=DEBIAN "$root" | cut -f 1)
+Depends: postgresql-$major, $shlibs
+Section: database
+Priority: optional
+Description: trend-increasing 64-bit snowflake IDs for PostgreSQL $major
+ snowflake_id generates unique, time-ordered bigint IDs inside PostgreSQL
+ (id bigint PRIMARY KEY DEFAULT snowflake_nextval()), decodes them in SQL,
+ and keeps them unique across backends, crashes, clock steps, failovers and
+ servers with distinct worker ids.
+ .
+ The library must be preloaded: shared_preload_libraries = 'snowflake_id'.
+EOF
+    dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+    echo "$deb"
+    rm -rf "$stage"
+    trap - EXIT
+done
