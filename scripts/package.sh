@@ -17,6 +17,16 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 maintainer=$(sed -n 's/^authors = \["\(.*\)"\]/\1/p' Cargo.toml | head -n 1)
 # The Debian revision: raised when the packaging changes and the code does not.
 revision=1
+# One package version, one content: until CHANGELOG.md dates this version,
+# packages are snapshots named after the commit, sorting before the release.
+commit_time=$(git log -1 --format=%ct)
+if grep -Eq "^## \[$version\] - [0-9]{4}-[0-9]{2}-[0-9]{2}" CHANGELOG.md; then
+    upstream=$version
+else
+    upstream="$version~dev$(TZ=UTC date -d "@$commit_time" +%Y%m%d%H%M%S)"
+fi
+# Reproducible archives: every timestamp in them is the commit's.
+export SOURCE_DATE_EPOCH=$commit_time
 arch=$(dpkg --print-architecture)
 out="${SNOWFLAKE_PACKAGE_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/debian}"
 majors="${*:-$SYSTEM_MAJOR $OTHER_MAJORS}"
@@ -44,7 +54,8 @@ for major in $majors; do
         exit 1
     fi
     name="postgresql-$major-snowflake-id"
-    deb="$out/${name}_$version-${revision}_$arch.deb"
+    deb="$out/${name}_$upstream-${revision}_$arch.deb"
+    rm -f "$out/${name}_"*.deb
     stage=$(mktemp -d)
     trap 'rm -rf "$stage"' EXIT
 
@@ -65,6 +76,11 @@ for major in $majors; do
     install -m 0644 "$built_ext"/snowflake_id.control "$built_ext"/snowflake_id--*.sql "$ext/"
     copyright > "$doc/copyright"
     gzip -9n < CHANGELOG.md > "$doc/changelog.gz"
+    {
+        printf '%s (%s-%s) unstable; urgency=medium\n\n' "$name" "$upstream" "$revision"
+        printf '  * snowflake_id %s for PostgreSQL %s, built by scripts/package.sh.\n\n' "$upstream" "$major"
+        printf ' -- %s  %s\n' "$maintainer" "$(LC_ALL=C date -R -u -d "@$commit_time")"
+    } | gzip -9n > "$doc/changelog.Debian.gz"
     chmod 0644 "$doc"/*
 
     # The C library and unwinder versions the library needs, the Debian way.
@@ -76,11 +92,12 @@ for major in $majors; do
     (cd "$root" && find usr -type f -print0 | sort -z | xargs -0 md5sum > DEBIAN/md5sums)
     cat > "$root/DEBIAN/control" <<EOF
 Package: $name
-Version: $version-$revision
+Version: $upstream-$revision
 Architecture: $arch
 Maintainer: $maintainer
-Installed-Size: $(du -k -s --exclude=DEBIAN "$root" | cut -f 1)
+Installed-Size: $(du -k -s --apparent-size --exclude=DEBIAN "$root" | cut -f 1)
 Depends: postgresql-$major, $shlibs
+Source: snowflake-id
 Section: database
 Priority: optional
 Description: trend-increasing 64-bit snowflake IDs for PostgreSQL $major

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything snowflake_id needs to build, test and benchmark on
 # Debian 12, as root: Debian packages, the Rust toolchain if missing,
-# cargo-pgrx 0.18.1, PostgreSQL 17 and 18 built from Debian's source
+# cargo-pgrx 0.18.1, PostgreSQL 13, 17 and 18 built from Debian's source
 # packages (scripts/postgres-builds.sh, cached outside the repository), and
 # `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.

@@ -20,7 +20,7 @@ scripts/setup.sh
 . scripts/versions.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
 started=$SECONDS
 
 step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
@@ -28,27 +28,36 @@ step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
 # Servers left running by an interrupted earlier run would hold ports and files.
 if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
     for pid_file in "$SNOWFLAKE_TEST_DIR"/*/data/postmaster.pid "$SNOWFLAKE_TEST_DIR"/pgrx*/postmaster.pid; do
-        [[ -f "$pid_file" ]] && sudo -u postgres /usr/lib/postgresql/15/bin/pg_ctl -D "$(dirname "$pid_file")" -m immediate stop || true
+        [[ -f "$pid_file" ]] && sudo -u postgres "/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_ctl" -D "$(dirname "$pid_file")" -m immediate stop || true
     done
     rm -rf "$SNOWFLAKE_TEST_DIR"
 fi
 mkdir -p "$SNOWFLAKE_TEST_DIR"
 chown postgres "$SNOWFLAKE_TEST_DIR"
+# What an interrupted package test left: its cluster, its packages, the
+# stand-in directories (the installs below put the development files back).
+pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
+for major in $SYSTEM_MAJOR $OTHER_MAJORS; do
+    for p in "postgresql-$major-snowflake-id" "snowflake-id-test-postgresql-$major"; do
+        if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q installed; then dpkg --purge "$p" >/dev/null; fi
+    done
+done
+/usr/bin/python3 tests/test_packages.py --remove-stand-ins
 
 step "Core: unit and property tests"
 cargo test -p snowflake_id_core
 
 step "Extension: #[pg_test] tests in a real PostgreSQL"
-cargo pgrx test pg15 --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
+cargo pgrx test "pg$SYSTEM_MAJOR" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 step "sql/: the committed install script of $version matches what the code generates"
-cargo pgrx schema pg15 -o "$SNOWFLAKE_TEST_DIR/schema.sql"
+cargo pgrx schema "pg$SYSTEM_MAJOR" -o "$SNOWFLAKE_TEST_DIR/schema.sql"
 # pgrx orders the items by a dependency walk that is not stable, and notes the
 # source line of each: compare the SQL lines alone.
 sql_lines() { grep -v '^-- src/' "$1" | sort; }
 if ! diff <(sql_lines "sql/snowflake_id--$version.sql") <(sql_lines "$SNOWFLAKE_TEST_DIR/schema.sql"); then
-    echo "sql/snowflake_id--$version.sql is stale: run cargo pgrx schema pg15 -o sql/snowflake_id--$version.sql" >&2
+    echo "sql/snowflake_id--$version.sql is stale: run cargo pgrx schema pg$SYSTEM_MAJOR -o sql/snowflake_id--$version.sql" >&2
     exit 1
 fi
 
@@ -65,7 +74,9 @@ for major in $OTHER_MAJORS; do
     step "PostgreSQL $major: installing the extension into its build"
     cargo pgrx install --pg-config "$bin/pg_config"
     chmod -R a+rX "$PG_CACHE/$major/"
-    export PG_BIN="$bin" PG_REGRESS="$PG_CACHE/$major/lib/pgxs/src/test/regress/pg_regress"
+    # pg_regress sits beside PGXS, wherever configure put the library
+    # directory (prefix/lib, or prefix/lib/postgresql).
+    export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
     if [[ $major == "$NEWEST_MAJOR" ]]; then
         step "PostgreSQL $major: every real-server test"
         /usr/bin/python3 -m pytest -v -s -p no:cacheprovider --ignore=tests/test_packages.py tests/

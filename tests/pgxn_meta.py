@@ -6,7 +6,9 @@ The rules are those of the spec's JSON Schemas, read in pgxn/meta at commit
 53f43ea (schema/v1/*.schema.json, 2025-05-31): which keys each object takes
 and requires, the Term, Tag, Version, Version Range, Path, License and URI
 forms, and custom keys `x_...`/`X_...` allowed where the schemas allow them.
-Two checks are stricter than that schema: paths must not start with `/` or
+Patterns must match the whole string (no trailing newline) and digits are
+ASCII, as in the schemas' regular expressions. Two checks are stricter than
+that schema: paths must not start with `/` or
 hold a backslash (the spec says relative, with Unix conventions), and URIs
 must have a scheme.
 """
@@ -17,13 +19,13 @@ CUSTOM = re.compile(r"^[xX]_.")
 # \p{Space} and \p{Cntrl} of the schemas, in Python's re.
 TERM = re.compile(r"^[^/\\\s\x00-\x1f\x7f-\x9f]{2,}$")
 TAG = re.compile(r"^[^/\\\x00-\x1f\x7f-\x9f]{2,255}$")
-_NUM = r"(?:0|[1-9]\d*)"
-_IDENT = r"(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+_NUM = r"(?:0|[1-9][0-9]*)"
+_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[a-zA-Z-][0-9a-zA-Z-]*)"
 SEMVER = rf"{_NUM}\.{_NUM}\.{_NUM}(?:-{_IDENT}(?:\.{_IDENT})*)?(?:\+[0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*)?"
 VERSION = re.compile(rf"^{SEMVER}$")
 _OP = r"(?:(?:[=!]=|[<>]=?)\s*)?"
 VERSION_RANGE = re.compile(rf"^{_OP}(?:{SEMVER}|0)(?:,\s*{_OP}{SEMVER})*$")
-META_SPEC_VERSION = re.compile(r"^1\.0\.\d+$")
+META_SPEC_VERSION = re.compile(r"^1\.0\.[0-9]+$")
 META_SPEC_URLS = ("https://pgxn.org/meta/spec.txt", "http://pgxn.org/meta/spec.txt")
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
@@ -64,7 +66,7 @@ def _object(value, where, fail, keys, required=(), any_of=None, custom=True):
 def _string(value, where, fail, pattern=None, what="", min_length=1):
     if not isinstance(value, str) or len(value) < min_length:
         fail(f"{where}: must be a string of at least {min_length} character(s)")
-    elif pattern is not None and not pattern.match(value):
+    elif pattern is not None and not pattern.fullmatch(value):
         fail(f"{where}: {value!r} is not {what}")
 
 

@@ -1,10 +1,17 @@
 """The Debian packages scripts/package.sh builds: what each declares and holds,
-the system major's installed with apt into a cluster made the Debian way
-(pg_createcluster, conf.d), and every other major's files put where that
-major's build looks and used there.
+each installed with apt and used by a server:
 
-Run after scripts/package.sh (test.sh does both); it replaces the installed
-extension files for a while and puts them back.
+- the system major's (15) next to Debian's postgresql-15, in a cluster made
+  the Debian way (pg_createcluster, conf.d);
+- every other major's next to this project's build of that major, which a
+  stand-in package (Provides: postgresql-NN) and two directories of links
+  at Debian's paths (/usr/lib/postgresql/NN/{bin,lib},
+  /usr/share/postgresql/NN/extension) make look as apt.postgresql.org's
+  postgresql-NN does.
+
+Run after scripts/package.sh (test.sh does both). It replaces the installed
+extension files for a while and puts them back; `python3
+tests/test_packages.py --remove-stand-ins` clears what an interrupted run left.
 """
 
 import glob
@@ -26,6 +33,7 @@ def _shell(script):
 
 
 VERSION = _shell("sed -n 's/^version = \"\\(.*\\)\"/\\1/p' Cargo.toml | head -n 1")
+RELEASED = bool(_shell(f"grep -E '^## \\[{VERSION}\\] - [0-9]{{4}}-' CHANGELOG.md || true"))
 SYSTEM_MAJOR, *OTHER_MAJORS = _shell(". scripts/versions.sh; echo $SYSTEM_MAJOR $OTHER_MAJORS").split()
 PG_CACHE = _shell(". scripts/versions.sh; echo $PG_CACHE")
 ARCH = _shell("dpkg --print-architecture")
@@ -38,9 +46,18 @@ def name_of(major):
 
 
 def deb_of(major):
-    path = os.path.join(PACKAGES, f"{name_of(major)}_{VERSION}-1_{ARCH}.deb")
-    assert os.path.exists(path), f"{path} is missing: run scripts/package.sh first"
-    return path
+    found = glob.glob(os.path.join(PACKAGES, f"{name_of(major)}_{VERSION}*-1_{ARCH}.deb"))
+    assert len(found) == 1, f"want one package of {name_of(major)} {VERSION} in {PACKAGES}, found {found}: run scripts/package.sh"
+    return found[0]
+
+
+def package_version():
+    """What scripts/package.sh names this tree: the version once CHANGELOG.md
+    dates it, before that a snapshot of the commit."""
+    if RELEASED:
+        return f"{VERSION}-1"
+    stamp = _shell("TZ=UTC date -d @$(git log -1 --format=%ct) +%Y%m%d%H%M%S")
+    return f"{VERSION}~dev{stamp}-1"
 
 
 def field(deb, name):
@@ -62,7 +79,8 @@ def files_in(deb):
 def test_each_package_declares_its_postgresql_and_holds_the_extension_in_debian_paths(major):
     deb = deb_of(major)
     assert field(deb, "Package") == name_of(major)
-    assert field(deb, "Version") == f"{VERSION}-1"
+    assert field(deb, "Version") == package_version()
+    assert os.path.basename(deb) == f"{name_of(major)}_{package_version()}_{ARCH}.deb"
     assert field(deb, "Architecture") == ARCH
     depends = [d.strip() for d in field(deb, "Depends").split(",")]
     assert depends[0] == f"postgresql-{major}", depends
@@ -72,16 +90,19 @@ def test_each_package_declares_its_postgresql_and_holds_the_extension_in_debian_
     updates = sorted(os.path.basename(p) for p in glob.glob(os.path.join(REPO, "sql", "snowflake_id--*--*.sql")))
     assert files_in(deb) == sorted([
         f"{lib}/snowflake_id.so", f"{ext}/snowflake_id.control", f"{ext}/snowflake_id--{VERSION}.sql",
-        *(f"{ext}/{u}" for u in updates), f"{doc}/copyright", f"{doc}/changelog.gz"])
+        *(f"{ext}/{u}" for u in updates), f"{doc}/copyright", f"{doc}/changelog.gz", f"{doc}/changelog.Debian.gz"])
 
 
 def test_a_package_for_a_postgresql_this_machine_lacks_is_refused_for_that_reason():
-    """Its Depends is what apt checks: the packages of the majors Debian 12 does
-    not ship cannot be installed here without apt.postgresql.org's."""
+    """Its Depends is what apt checks: without a postgresql-NN, apt will not
+    install the package for NN, and says that is why."""
     for major in OTHER_MAJORS:
+        policy = subprocess.run(["apt-cache", "policy", f"postgresql-{major}"], capture_output=True, text=True).stdout
+        if "Candidate:" in policy and "Candidate: (none)" not in policy:
+            pytest.skip(f"postgresql-{major} is installable here (apt.postgresql.org?): nothing to refuse")
         r = apt("install", "--simulate", deb_of(major), check=False)
         assert r.returncode != 0
-        assert f"postgresql-{major}" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert f"Depends: postgresql-{major} but it is not installable" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 def _save(paths, into):
@@ -132,7 +153,7 @@ def test_the_system_package_installs_with_apt_and_serves_a_cluster_made_the_debi
             os.remove(p)
         apt("install", deb)
         status = subprocess.run(["dpkg-query", "-W", "-f=${Status} ${Version}", name], capture_output=True, text=True)
-        assert status.stdout == f"install ok installed {VERSION}-1"
+        assert status.stdout == f"install ok installed {package_version()}"
         # Every file on disk is the one the package shipped.
         verify = subprocess.run(["dpkg", "--verify", name], capture_output=True, text=True)
         assert verify.returncode == 0 and verify.stdout == "", verify.stdout
@@ -169,37 +190,103 @@ def _typed(value):
     return {"t": True, "f": False}.get(value, value)
 
 
+STAND_IN_MARK = ".snowflake_id-test-stand-in"
+
+
+def _debian_paths(major):
+    return f"/usr/lib/postgresql/{major}", f"/usr/share/postgresql/{major}"
+
+
+def _make_stand_in(major, bin_dir):
+    """Debian's paths of postgresql-NN, as links into this project's build of
+    NN, and a package that provides postgresql-NN, so that apt and dpkg treat
+    the package for NN as they would next to apt.postgresql.org's."""
+    def config(what):
+        return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
+
+    lib_root, share_root = _debian_paths(major)
+    for d in (lib_root, share_root):
+        assert not os.path.exists(d), f"{d} exists: a real postgresql-{major}? This test needs it absent."
+        os.makedirs(d)
+        open(os.path.join(d, STAND_IN_MARK), "w").close()
+    os.symlink(config("--bindir"), os.path.join(lib_root, "bin"))
+    os.symlink(config("--pkglibdir"), os.path.join(lib_root, "lib"))
+    os.symlink(os.path.join(config("--sharedir"), "extension"), os.path.join(share_root, "extension"))
+
+    stage = tempfile.mkdtemp()
+    os.makedirs(os.path.join(stage, "DEBIAN"))
+    upstream = config("--version").split()[1]
+    with open(os.path.join(stage, "DEBIAN", "control"), "w") as f:
+        f.write(f"Package: snowflake-id-test-postgresql-{major}\nVersion: {upstream}-0\nArchitecture: all\n"
+                f"Maintainer: snowflake_id tests <root@localhost>\nProvides: postgresql-{major}\n"
+                f"Description: stands in for postgresql-{major} in snowflake_id's package test\n"
+                f" The PostgreSQL {upstream} build in {bin_dir}, linked at Debian's paths.\n")
+    stand_in = os.path.join(stage, f"snowflake-id-test-postgresql-{major}.deb")
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", stage, stand_in], check=True, capture_output=True)
+    apt("install", stand_in)
+    shutil.rmtree(stage)
+
+
+def remove_stand_ins():
+    """Takes away every stand-in this test made (also after an interrupted run)."""
+    for major in [SYSTEM_MAJOR, *OTHER_MAJORS]:
+        subprocess.run(["dpkg", "--purge", name_of(major), f"snowflake-id-test-postgresql-{major}"],
+                       capture_output=True)
+        for d in _debian_paths(major):
+            if os.path.exists(os.path.join(d, STAND_IN_MARK)):
+                for entry in os.listdir(d):
+                    os.remove(os.path.join(d, entry))
+                os.rmdir(d)
+
+
 @pytest.mark.parametrize("major", OTHER_MAJORS)
-def test_each_other_package_works_on_its_major(major):
-    """Debian 12 has no postgresql-13/17/18 to install these next to, so their
-    files go where this project's build of that major looks (pg_config), and
-    a fresh server there preloads and uses them: the release library, built
-    against that major, loads and generates."""
-    deb = deb_of(major)
+def test_each_other_package_installs_with_apt_and_serves_its_major(major):
+    """Debian 12 has no postgresql-13/17/18: next to the stand-in, apt
+    installs the package, dpkg puts its files at Debian's paths (through the
+    links, into the build), and a fresh server of that major preloads the
+    release library and generates."""
+    deb, name = deb_of(major), name_of(major)
     bin_dir = os.path.join(PG_CACHE, major, "bin")
 
     def config(what):
         return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
 
-    lib, ext = config("--pkglibdir"), os.path.join(config("--sharedir"), "extension")
-    keep, unpacked = tempfile.mkdtemp(), tempfile.mkdtemp()
-    saved = _save(_installed_extension_files(lib, ext), keep)
+    lib_root, share_root = _debian_paths(major)
+    build_lib, build_ext = config("--pkglibdir"), os.path.join(config("--sharedir"), "extension")
+    remove_stand_ins()
+    keep = tempfile.mkdtemp()
+    saved = _save(_installed_extension_files(build_lib, build_ext), keep)
     srv = None
     try:
-        for p in _installed_extension_files(lib, ext):
+        for p in saved:
             os.remove(p)
-        subprocess.run(["dpkg-deb", "--extract", deb, unpacked], check=True)
-        shutil.copy(os.path.join(unpacked, f"usr/lib/postgresql/{major}/lib/snowflake_id.so"), lib)
-        for f in glob.glob(os.path.join(unpacked, f"usr/share/postgresql/{major}/extension/*")):
-            shutil.copy(f, ext)
-        srv = Server(f"package{major}", bin=bin_dir, conf={"snowflake_id.worker_id": 7})
+        _make_stand_in(major, bin_dir)
+        apt("install", deb)
+        verify = subprocess.run(["dpkg", "--verify", name], capture_output=True, text=True)
+        assert verify.returncode == 0 and verify.stdout == "", verify.stdout
+        # dpkg wrote at Debian's paths; the build of that major sees the files.
+        assert os.path.exists(os.path.join(build_lib, "snowflake_id.so"))
+        srv = Server(f"package{major}", bin=os.path.join(lib_root, "bin"), conf={"snowflake_id.worker_id": 7})
         srv.start()
         _check_generates(lambda q: [tuple(r) for r in srv.sql(q)], major)
+        srv.destroy()
+        srv = None
+        apt("remove", name)
+        assert _installed_extension_files(build_lib, build_ext) == []
     finally:
         if srv is not None:
             srv.destroy()
-        for p in _installed_extension_files(lib, ext):
+        remove_stand_ins()
+        for p in _installed_extension_files(build_lib, build_ext):
             os.remove(p)
         _restore(saved, keep)
         shutil.rmtree(keep)
-        shutil.rmtree(unpacked)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--remove-stand-ins"]:
+        remove_stand_ins()
+    else:
+        sys.exit("usage: tests/test_packages.py --remove-stand-ins (the tests run under pytest)")

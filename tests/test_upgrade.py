@@ -21,6 +21,9 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         srv.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
         srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
         assert srv.one("SELECT count(*) FROM information_schema.columns WHERE table_name = 'snowflake_status' AND column_name = 'mark_source'") == 0
+        # The upgrade procedure: the new library is in place, restart, update.
+        srv.stop()
+        srv.start()
         srv.sql("ALTER EXTENSION snowflake_id UPDATE")
         assert srv.one("SELECT extversion FROM pg_extension WHERE extname = 'snowflake_id'") == "0.2.0"
         top = srv.one("SELECT max(id) FROM t")
@@ -36,16 +39,22 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         fresh = srv.connect(dbname="fresh")
         fresh.cursor().execute("CREATE EXTENSION snowflake_id")
         fresh.close()
+        # Functions with their whole signature (OUT columns included), and
+        # the view with its columns.
         catalog = """
-            SELECT p.oid::regprocedure::text, provolatile, proisstrict, proparallel, coalesce(proacl::text, '')
+            SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+                   provolatile, proisstrict, proparallel, coalesce(proacl::text, '')
             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
-            UNION ALL SELECT relname, '', false, '', relacl::text FROM pg_class WHERE relname = 'snowflake_status'
+            UNION ALL SELECT relname, '', (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', '
+                                                             ORDER BY attnum)
+                                           FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0),
+                             '', false, '', relacl::text FROM pg_class c WHERE relname = 'snowflake_status'
             ORDER BY 1"""
         updated = srv.sql(catalog)
         with srv.connect(dbname="fresh") as conn, conn.cursor() as cur:
             cur.execute(catalog)
             assert updated == cur.fetchall()
-        assert any("pg_read_all_stats" in row[4] for row in updated), updated
+        assert any("pg_read_all_stats" in row[6] for row in updated), updated
     finally:
         srv.destroy()
