@@ -12,6 +12,7 @@ DROP FUNCTION snowflake_status();
 
 CREATE FUNCTION snowflake_status(
     OUT worker_id integer,
+    OUT worker_id_source text,
     OUT layout text,
     OUT epoch timestamptz,
     OUT problem text,

@@ -12,6 +12,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 -- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
     OUT worker_id integer,
+    OUT worker_id_source text,
     OUT layout text,
     OUT epoch timestamptz,
     OUT problem text,

@@ -31,6 +31,9 @@ static EPOCH: GucSetting<Option<CString>> =
 static MAX_LEAD: GucSetting<f64> = GucSetting::<f64>::new(DEFAULT_MAX_LEAD_MS);
 static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
 static WAL_RMGR_ID: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_WAL_RMGR_ID);
+static WORKER_ID_SOURCE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"setting"));
+static WORKER_ID_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
 
 /// The custom WAL resource manager id marks are logged under. 128 is for
 /// development only; the ids PostgreSQL's wiki lists (129 to 140, 241) and
@@ -244,6 +247,9 @@ pub fn read_without_defining() {
         layout: &layout,
         epoch: epoch.as_deref().unwrap_or(config::DEFAULT_EPOCH_TEXT),
         epoch_set: epoch.is_some(),
+        worker_id_source: "setting",
+        worker_id_offset: 0,
+        host_name: None,
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw));
 }
@@ -252,6 +258,7 @@ pub fn read_without_defining() {
 /// while `shared_preload_libraries` is being loaded.
 pub fn define() {
     let raw_worker = placeholder(c"snowflake_id.worker_id");
+    let raw_offset = placeholder(c"snowflake_id.worker_id_offset");
     let epoch_set = placeholder(c"snowflake_id.epoch").is_some();
     let raw_rmgr = placeholder(c"snowflake_id.wal_rmgr_id");
     let raw_policy = [
@@ -265,6 +272,24 @@ pub fn define() {
         c"Must fit the layout's worker bits (0 to 1023 for the default layout). Unset (-1) means no ID can be issued.",
         &WORKER_ID,
         -1,
+        i32::MAX,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"snowflake_id.worker_id_source",
+        c"Where this server's worker id comes from: 'setting' (snowflake_id.worker_id) or 'hostname'.",
+        c"'hostname' takes the number that ends the host's name (a StatefulSet ordinal, a CloudNativePG instance serial) plus snowflake_id.worker_id_offset.",
+        &WORKER_ID_SOURCE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"snowflake_id.worker_id_offset",
+        c"Added to the number that ends the host's name when snowflake_id.worker_id_source = 'hostname'.",
+        c"Gives each fleet of numbered instances its own range of worker ids.",
+        &WORKER_ID_OFFSET,
+        i32::MIN,
         i32::MAX,
         GucContext::Postmaster,
         GucFlags::default(),
@@ -351,33 +376,62 @@ pub fn define() {
     }
     PROBLEMS_SEEN_AT.0.set(reload_stamp());
 
-    let worker_id = match raw_worker
-        .as_deref()
-        .map(|t| parse_int_setting(t, 0, i32::MIN, i32::MAX))
-    {
-        Some(Ok(w)) => Ok(w),
-        Some(Err(why)) => Err(Failure::new(
-            Class::InvalidParameter,
-            format!(
-                "snowflake_id.worker_id = '{}' in the configuration is invalid: {why}",
-                raw_worker.unwrap_or_default()
-            ),
-        )
-        .hint("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart PostgreSQL.")),
-        None => Ok(WORKER_ID.get()),
-    };
+    let worker_id = int_from_configuration("snowflake_id.worker_id", raw_worker, &WORKER_ID, "1");
+    let offset = int_from_configuration("snowflake_id.worker_id_offset", raw_offset, &WORKER_ID_OFFSET, "0");
+    let host = host_name();
+    let source_text = string_setting(&WORKER_ID_SOURCE);
     let layout_text = string_setting(&LAYOUT);
     let epoch_text = string_setting(&EPOCH);
-    let raw = |worker_id| RawSettings {
+    let raw = |worker_id, worker_id_offset| RawSettings {
         worker_id,
         layout: &layout_text,
         epoch: &epoch_text,
         epoch_set,
+        worker_id_source: &source_text,
+        worker_id_offset,
+        host_name: host.as_deref(),
     };
-    let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1)));
-    let _ = CONFIG.set(worker_id.and_then(|w| config::configure(&raw(w))));
+    let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1, 0)));
+    let _ = CONFIG.set(
+        worker_id.and_then(|w| offset.and_then(|o| config::configure(&raw(w, o)))),
+    );
     reserve_prefix();
     warn_of_names_in_another_case();
+}
+
+/// An integer setting fixed at start, from the text in the configuration
+/// when there is one: Postgres would replace a bad one with the default
+/// after a mere WARNING.
+fn int_from_configuration(
+    name: &str,
+    raw: Option<String>,
+    setting: &GucSetting<i32>,
+    example: &str,
+) -> Result<i32, Failure> {
+    match raw.as_deref().map(|t| parse_int_setting(t, 0, i32::MIN, i32::MAX)) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(why)) => Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "{name} = '{}' in the configuration is invalid: {why}",
+                raw.unwrap_or_default()
+            ),
+        )
+        .hint(format!("ALTER SYSTEM SET {name} = {example}; then restart PostgreSQL."))),
+        None => Ok(setting.get()),
+    }
+}
+
+/// This host's name as gethostname(2) gives it, `None` if unreadable.
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 /// Every setting Postgres knows in this process, placeholders included.
@@ -421,7 +475,7 @@ fn warn_of_names_in_another_case() {
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
                 )
                 .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
-                .hint("Remove it, or correct it to one of snowflake_id.worker_id, layout, epoch, max_lead, max_wait, wal_rmgr_id."),
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id."),
                 pgrx::PgLogLevel::WARNING,
             );
         }

@@ -96,6 +96,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         cfg.as_ref()
             .ok()
             .map(|c| pg_sys::Datum::from(c.worker_id as i32)),
+        cfg.as_ref().ok().map(|c| c.worker_id_origin.as_str()).into_datum(),
         layout.map(|l| l.describe()).into_datum(),
         layout.and_then(|l| ts(l.epoch_ms())),
         problem.into_datum(),

@@ -24,13 +24,18 @@ RUN_AS = "postgres"
 _next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400"))]
 
 
-def _as_postgres(cmd, env=None, check=True, **kw):
-    """Runs `cmd` as the postgres user (directly if we already are it)."""
+def _as_postgres(cmd, env=None, check=True, host_name=None, **kw):
+    """Runs `cmd` as the postgres user (directly if we already are it);
+    with host_name, in a UTS namespace of its own where the host is called
+    that (root only), so a server started so keeps that name."""
     if os.geteuid() == 0:
         envs = [f"{k}={v}" for k, v in (env or {}).items()]
         cmd = ["sudo", "-u", RUN_AS, "env", *envs, *cmd]
     else:
+        assert host_name is None, "a host name of its own needs root"
         kw["env"] = {**os.environ, **(env or {})}
+    if host_name is not None:
+        cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host_name, *cmd]
     return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
 
 
@@ -48,14 +53,16 @@ class Server:
     """
 
     def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None,
-                 env=None, bin=None):
+                 env=None, bin=None, host_name=None):
         """copy_of: a running Server to base-backup instead of running initdb
         (standby=True makes the copy a streaming standby of it; copy_with(data_dir)
         makes the copy itself instead of pg_basebackup). env: extra environment
         variables for the server's processes. bin: the PostgreSQL binaries'
-        directory, PG_BIN by default."""
+        directory, PG_BIN by default. host_name: what gethostname(2) says in the
+        server's processes."""
         self.name = name
         self.bin = bin or PG_BIN
+        self.host_name = host_name
         self.extra_env = dict(env or {})
         self.dir = os.path.join(WORK, name)
         self.data = os.path.join(self.dir, "data")
@@ -158,6 +165,7 @@ class Server:
             [f"{self.bin}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
             env=self.env(),
             check=False,
+            host_name=self.host_name,
         )
         if check and r.returncode != 0:
             raise RuntimeError(f"server {self.name} did not start:\n{r.stdout}{r.stderr}\n{self.log_text()[-3000:]}")

@@ -8,6 +8,7 @@
 use crate::failure::{Class, Failure};
 use crate::layout::{Layout, Spec, DEFAULT_NAME};
 use crate::timefmt::{format_instant, parse_instant, UnixMs};
+use crate::worker::{self, Inputs};
 
 /// `snowflake_id.epoch`'s default, as written.
 pub const DEFAULT_EPOCH_TEXT: &str = "2025-01-01 00:00:00+00";
@@ -21,6 +22,11 @@ pub struct RawSettings<'a> {
     pub epoch: &'a str,
     /// Whether `snowflake_id.epoch` was set anywhere (rather than defaulted).
     pub epoch_set: bool,
+    /// `snowflake_id.worker_id_source` and `snowflake_id.worker_id_offset`.
+    pub worker_id_source: &'a str,
+    pub worker_id_offset: i32,
+    /// This host's name, `None` if it could not be read.
+    pub host_name: Option<&'a str>,
 }
 
 /// This server's validated identity.
@@ -28,6 +34,8 @@ pub struct RawSettings<'a> {
 pub struct Config {
     pub layout: Layout,
     pub worker_id: u32,
+    /// Where the worker id came from, in words.
+    pub worker_id_origin: String,
     /// [`Layout::warn_from_ms`], worked out once: every ID compares with it.
     pub warn_from_ms: UnixMs,
 }
@@ -37,15 +45,22 @@ const RESTART: &str = "then restart PostgreSQL";
 pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     let layout = server_layout(raw)?;
     let max = layout.max_worker();
-    let worker_id = match raw.worker_id {
-        -1 => {
+    let derived = worker::derive(&Inputs {
+        worker_id: raw.worker_id,
+        source: raw.worker_id_source,
+        offset: raw.worker_id_offset,
+        host_name: raw.host_name,
+    })?;
+    let from_setting = derived.origin == "snowflake_id.worker_id";
+    let worker_id = match derived.worker_id {
+        None => {
             return Err(Failure::new(Class::NotReady, "snowflake_id.worker_id is not set")
                 .detail("Every server that issues IDs needs a worker id of its own, so that IDs from different servers never collide.")
                 .hint(format!(
                     "Pick a number from 0 to {max} that no other server uses: ALTER SYSTEM SET snowflake_id.worker_id = 1; {RESTART}."
                 )))
         }
-        w if w < 0 || w as u64 > max => {
+        Some(w) if (w < 0 || w as u64 > max) && from_setting => {
             return Err(Failure::new(
                 Class::InvalidParameter,
                 format!(
@@ -56,11 +71,25 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
             )
             .hint(format!("ALTER SYSTEM SET snowflake_id.worker_id = <0 to {max}>; {RESTART}.")))
         }
-        w => w as u32,
+        Some(w) if w < 0 || w as u64 > max => {
+            return Err(Failure::new(
+                Class::InvalidParameter,
+                format!(
+                    "the worker id {} from the {} does not fit the {} worker bits of {} (0 to {max})",
+                    if w == i64::MAX { "beyond any layout".to_string() } else { w.to_string() },
+                    derived.origin,
+                    layout.worker_bits(),
+                    layout.title()
+                ),
+            )
+            .hint(format!("Change snowflake_id.worker_id_offset so that every instance number lands in 0 to {max}, or use a layout with more worker bits; {RESTART}.")))
+        }
+        Some(w) => w as u32,
     };
     Ok(Config {
         layout,
         worker_id,
+        worker_id_origin: derived.origin,
         warn_from_ms: layout.warn_from_ms(),
     })
 }
@@ -138,6 +167,9 @@ mod tests {
             layout,
             epoch,
             epoch_set,
+            worker_id_source: "setting",
+            worker_id_offset: 0,
+            host_name: Some("db1"),
         }
     }
 
@@ -176,6 +208,29 @@ mod tests {
                 .worker_id,
             31
         );
+    }
+
+    #[test]
+    fn a_worker_id_from_the_host_name_must_fit_the_layout_too() {
+        let from_host = |host: &'static str, offset: i32, layout: &'static str| {
+            configure(&RawSettings {
+                worker_id_source: "hostname",
+                worker_id_offset: offset,
+                host_name: Some(host),
+                ..raw(-1, layout, DEFAULT_EPOCH_TEXT, false)
+            })
+        };
+        let c = from_host("pg-31", 0, "js53").unwrap();
+        assert_eq!((c.worker_id, c.worker_id_origin.as_str()), (31, "host name \"pg-31\""));
+        let e = from_host("pg-30", 2, "js53").unwrap_err();
+        assert_eq!(e.class, Class::InvalidParameter);
+        assert_eq!(
+            e.message,
+            "the worker id 32 from the host name \"pg-30\" (30 + snowflake_id.worker_id_offset 2) does not fit the 5 worker bits of the js53 layout (0 to 31)"
+        );
+        assert!(e.hint.unwrap().contains("snowflake_id.worker_id_offset"));
+        assert!(from_host("pg-0", -1, "js53").unwrap_err().message.contains("worker id -1 from"));
+        assert!(from_host("pg-99999999999999999999", 0, "snowflake_id").unwrap_err().message.contains("beyond any layout"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! - [`layout`]: the bit layouts, named and custom, and all their range checks.
 //! - [`config`]: the identity settings, validated.
+//! - [`worker`]: where the worker id comes from (the setting or the host name).
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
 //! - [`failure`]: errors as Postgres reports them.
@@ -21,3 +22,4 @@ pub mod timefmt;
 pub use failure::{Class, Failure};
 pub mod mark;
 pub mod resume;
+pub mod worker;
