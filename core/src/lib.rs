@@ -2,6 +2,7 @@
 //! checks it in milliseconds.
 //!
 //! - [`layout`]: the bit layouts, named and custom, and all their range checks.
+//! - [`claims`]: worker-id claims from other servers, judged.
 //! - [`config`]: the identity settings, validated.
 //! - [`worker`]: where the worker id comes from (the setting or the host name).
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
@@ -13,6 +14,7 @@
 // Nothing here needs unsafe code; the compiler holds us to it.
 #![forbid(unsafe_code)]
 
+pub mod claims;
 pub mod config;
 pub mod failure;
 pub mod generator;

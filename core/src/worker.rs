@@ -125,7 +125,12 @@ fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
 mod tests {
     use super::*;
 
-    fn derive_from(source: &str, worker_id: i32, offset: i32, host: Option<&str>) -> Result<Derived, Failure> {
+    fn derive_from(
+        source: &str,
+        worker_id: i32,
+        offset: i32,
+        host: Option<&str>,
+    ) -> Result<Derived, Failure> {
         derive(&Inputs {
             worker_id,
             source,
@@ -137,7 +142,10 @@ mod tests {
     #[test]
     fn the_setting_is_the_default_source() {
         let d = derive_from("setting", 5, 0, Some("pg-3")).unwrap();
-        assert_eq!((d.worker_id, d.origin.as_str()), (Some(5), "snowflake_id.worker_id"));
+        assert_eq!(
+            (d.worker_id, d.origin.as_str()),
+            (Some(5), "snowflake_id.worker_id")
+        );
         assert_eq!(derive_from("setting", -1, 0, None).unwrap().worker_id, None);
     }
 
@@ -157,7 +165,9 @@ mod tests {
             assert!(d.origin.contains(host), "{}", d.origin);
         }
         assert_eq!(
-            derive_from("HostName", -1, 100, Some("pg-2")).unwrap().origin,
+            derive_from("HostName", -1, 100, Some("pg-2"))
+                .unwrap()
+                .origin,
             "host name \"pg-2\" (2 + snowflake_id.worker_id_offset 100)"
         );
     }
@@ -167,7 +177,12 @@ mod tests {
         for host in ["db-primary", "pg-1a", "", "pg.7"] {
             let e = derive_from("hostname", -1, 0, Some(host)).unwrap_err();
             assert_eq!(e.class, Class::InvalidParameter);
-            assert!(e.message.contains(&format!("\"{host}\" does not end in a number")), "{}", e.message);
+            assert!(
+                e.message
+                    .contains(&format!("\"{host}\" does not end in a number")),
+                "{}",
+                e.message
+            );
             assert!(e.hint.unwrap().contains("StatefulSet"));
         }
         let e = derive_from("hostname", -1, 0, None).unwrap_err();
@@ -183,10 +198,19 @@ mod tests {
     #[test]
     fn contradicting_settings_are_refused_not_resolved() {
         let e = derive_from("hostname", 3, 0, Some("pg-1")).unwrap_err();
-        assert!(e.message.starts_with("snowflake_id.worker_id = 3 is set, but"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("snowflake_id.worker_id = 3 is set, but"),
+            "{}",
+            e.message
+        );
         assert!(e.hint.unwrap().contains("Keep one"));
         let e = derive_from("setting", 3, 10, Some("pg-1")).unwrap_err();
-        assert!(e.message.contains("worker_id_offset = 10 is set"), "{}", e.message);
+        assert!(
+            e.message.contains("worker_id_offset = 10 is set"),
+            "{}",
+            e.message
+        );
         let e = derive_from("k8s", 3, 0, Some("pg-1")).unwrap_err();
         assert_eq!(e.message, "invalid snowflake_id.worker_id_source: 'k8s'");
         assert!(e.hint.unwrap().contains("'setting'"));
