@@ -7,6 +7,7 @@
 # built against lives in.
 #
 # usage: scripts/package.sh [major...]   (default: every major in versions.sh)
+#        scripts/package.sh --print-version  (the package version, and nothing else)
 # Output: $SNOWFLAKE_PACKAGE_DIR, by default target/debian. Needs setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,13 +18,22 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 maintainer=$(sed -n 's/^authors = \["\(.*\)"\]/\1/p' Cargo.toml | head -n 1)
 # The Debian revision: raised when the packaging changes and the code does not.
 revision=1
-# One package version, one content: until CHANGELOG.md dates this version,
-# packages are snapshots named after the commit, sorting before the release.
-commit_time=$(git log -1 --format=%ct)
-if grep -Eq "^## \[$version\] - [0-9]{4}-[0-9]{2}-[0-9]{2}" CHANGELOG.md; then
+# One package version, one content: a release only from a commit tagged
+# v<version>; anything else is a snapshot named after its commit (time and
+# hash, sorting before the release), marked when the tree has changes.
+if ! commit_time=$(git log -1 --format=%ct 2>/dev/null); then
+    echo "package.sh: needs a git checkout, to name the package after its commit" >&2
+    exit 1
+fi
+if git describe --exact-match --tags --match "v$version" HEAD >/dev/null 2>&1 && [[ -z $(git status --porcelain) ]]; then
     upstream=$version
 else
-    upstream="$version~dev$(TZ=UTC date -d "@$commit_time" +%Y%m%d%H%M%S)"
+    upstream="$version~dev$(TZ=UTC date -d "@$commit_time" +%Y%m%d%H%M%S).g$(git rev-parse --short=12 HEAD)"
+    [[ -z $(git status --porcelain) ]] || upstream="$upstream.dirty"
+fi
+if [[ ${1-} == --print-version ]]; then
+    echo "$upstream-$revision"
+    exit 0
 fi
 # Reproducible archives: every timestamp in them is the commit's.
 export SOURCE_DATE_EPOCH=$commit_time

@@ -43,9 +43,12 @@ version_of() {
     apt-cache "${apt_opts[@]}" showsrc "postgresql-$1" 2>/dev/null |
         sed -n 's/^Version: \(.*\)-[^-]*$/\1/p' | sed 's/^[0-9]*://' | sort -V | tail -n 1
 }
+# Complete once contrib is in: configure puts the libraries in prefix/lib, or
+# in prefix/lib/postgresql when the prefix names no "postgres" or "pgsql".
+built() { [[ -x "$1/bin/pg_config" && -f "$("$1/bin/pg_config" --pkglibdir)/pg_stat_statements.so" ]]; }
 updated=false
 for m in "${majors[@]}"; do
-    if [[ -x "$CACHE/$m/bin/pg_config" && -f "$CACHE/$m/lib/pg_stat_statements.so" ]]; then
+    if built "$CACHE/$m"; then
         echo "PostgreSQL $m: $("$CACHE/$m/bin/pg_config" --version) (cached in $CACHE/$m)"
         continue
     fi
@@ -57,7 +60,7 @@ for m in "${majors[@]}"; do
     version=$(version_of "$m")
     [[ -n "$version" ]] || { echo "no source package postgresql-$m found" >&2; exit 1; }
     prefix="$CACHE/$m-$version"
-    if [[ ! -x "$prefix/bin/pg_config" || ! -f "$prefix/lib/pg_stat_statements.so" ]]; then
+    if ! built "$prefix"; then
         say "Building PostgreSQL $version (about 5 minutes on 2 cores)"
         (
             cd "$CACHE/src"

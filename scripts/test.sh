@@ -9,9 +9,9 @@
 #   5. the same on the other PostgreSQL majors (scripts/versions.sh): the
 #      #[pg_test] tests, the regression files and the update from 0.1.0 on
 #      each, and every real-server test on the newest
-#   6. the Debian packages (scripts/package.sh): their fields and files, the
-#      system major's installed with apt and used, the others' used on
-#      their builds
+#   6. the Debian packages (scripts/package.sh): their fields and files,
+#      each installed with apt and used by a fresh server (the other majors'
+#      beside a stand-in for postgresql-NN)
 # Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,14 +34,11 @@ if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
 fi
 mkdir -p "$SNOWFLAKE_TEST_DIR"
 chown postgres "$SNOWFLAKE_TEST_DIR"
-# What an interrupted package test left: its cluster, its packages, the
-# stand-in directories (the installs below put the development files back).
+# What an interrupted package test left: its cluster, its packages (any
+# postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
+# put the development files back.
+dpkg --configure -a >/dev/null 2>&1 || true
 pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
-for major in $SYSTEM_MAJOR $OTHER_MAJORS; do
-    for p in "postgresql-$major-snowflake-id" "snowflake-id-test-postgresql-$major"; do
-        if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q installed; then dpkg --purge "$p" >/dev/null; fi
-    done
-done
 /usr/bin/python3 tests/test_packages.py --remove-stand-ins
 
 step "Core: unit and property tests"

@@ -33,7 +33,6 @@ def _shell(script):
 
 
 VERSION = _shell("sed -n 's/^version = \"\\(.*\\)\"/\\1/p' Cargo.toml | head -n 1")
-RELEASED = bool(_shell(f"grep -E '^## \\[{VERSION}\\] - [0-9]{{4}}-' CHANGELOG.md || true"))
 SYSTEM_MAJOR, *OTHER_MAJORS = _shell(". scripts/versions.sh; echo $SYSTEM_MAJOR $OTHER_MAJORS").split()
 PG_CACHE = _shell(". scripts/versions.sh; echo $PG_CACHE")
 ARCH = _shell("dpkg --print-architecture")
@@ -52,12 +51,9 @@ def deb_of(major):
 
 
 def package_version():
-    """What scripts/package.sh names this tree: the version once CHANGELOG.md
-    dates it, before that a snapshot of the commit."""
-    if RELEASED:
-        return f"{VERSION}-1"
-    stamp = _shell("TZ=UTC date -d @$(git log -1 --format=%ct) +%Y%m%d%H%M%S")
-    return f"{VERSION}~dev{stamp}-1"
+    """What scripts/package.sh names this tree (a release, or a snapshot of
+    the commit), asked of it so the two cannot disagree."""
+    return _shell("scripts/package.sh --print-version")
 
 
 def field(deb, name):
@@ -65,7 +61,9 @@ def field(deb, name):
 
 
 def apt(*args, check=True):
-    return subprocess.run(["apt-get", "-q", "-y", *args], env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    # LC_ALL=C: the refusal is checked by apt's words.
+    return subprocess.run(["apt-get", "-q", "-y", *args],
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"},
                           check=check, capture_output=True, text=True)
 
 
@@ -228,15 +226,21 @@ def _make_stand_in(major, bin_dir):
 
 
 def remove_stand_ins():
-    """Takes away every stand-in this test made (also after an interrupted run)."""
-    for major in [SYSTEM_MAJOR, *OTHER_MAJORS]:
-        subprocess.run(["dpkg", "--purge", name_of(major), f"snowflake-id-test-postgresql-{major}"],
-                       capture_output=True)
-        for d in _debian_paths(major):
-            if os.path.exists(os.path.join(d, STAND_IN_MARK)):
-                for entry in os.listdir(d):
-                    os.remove(os.path.join(d, entry))
-                os.rmdir(d)
+    """Takes away every stand-in this test made, for any major (also after an
+    interrupted run, and of majors no longer tested)."""
+    listed = subprocess.run(["dpkg-query", "-W", "-f=${Package}\\n", "postgresql-*-snowflake-id",
+                             "snowflake-id-test-postgresql-*"], capture_output=True, text=True).stdout.split()
+    if listed:
+        subprocess.run(["dpkg", "--purge", *listed], capture_output=True)
+    for mark in glob.glob(f"/usr/lib/postgresql/*/{STAND_IN_MARK}") + glob.glob(f"/usr/share/postgresql/*/{STAND_IN_MARK}"):
+        d = os.path.dirname(mark)
+        for entry in os.listdir(d):
+            path = os.path.join(d, entry)
+            # Only the marker and links are ours; dpkg may already have removed a link.
+            if os.path.isdir(path) and not os.path.islink(path):
+                raise RuntimeError(f"{path} is a real directory inside a stand-in: remove {d} by hand")
+            os.remove(path)
+        os.rmdir(d)
 
 
 @pytest.mark.parametrize("major", OTHER_MAJORS)

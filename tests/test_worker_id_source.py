@@ -27,7 +27,7 @@ def test_a_host_name_without_a_number_refuses_generation_and_says_why():
     with server_named("hostbad", "db-primary") as srv:
         state, message, hint = srv.error("SELECT snowflake_nextval()")
         assert state == "22023"
-        assert message == ("the host name \"db-primary\" does not end in a number, so "
+        assert message == ("the host name \"db-primary\" does not end in \"-<number>\", so "
                            "snowflake_id.worker_id_source = 'hostname' cannot take a worker id from it")
         assert "StatefulSet" in hint and "snowflake_id.worker_id" in hint
         # No fallback: no worker id at all, and the status says why.

@@ -94,18 +94,30 @@ fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
             "Set snowflake_id.worker_id and ALTER SYSTEM RESET snowflake_id.worker_id_source; {RESTART}."
         )));
     };
-    // The first label of a fully qualified name is the instance's own.
+    // The first label of a fully qualified name is the instance's own. The
+    // number must follow a hyphen and have no leading zero, as the
+    // orchestrators write it: `db07` and `db7` would otherwise be one id.
+    // Only the last number counts (`shard-2-0` is ordinal 0 of `shard-2`).
     let label = host.split('.').next().unwrap_or_default();
-    let digits = &label[label.trim_end_matches(|c: char| c.is_ascii_digit()).len()..];
+    let digits = label
+        .rsplit_once('-')
+        .filter(|(base, n)| {
+            !base.is_empty()
+                && !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && (n.len() == 1 || !n.starts_with('0'))
+        })
+        .map(|(_, n)| n)
+        .unwrap_or_default();
     if digits.is_empty() {
         return Err(Failure::new(
             Class::InvalidParameter,
             format!(
-                "the host name \"{host}\" does not end in a number, so snowflake_id.worker_id_source = 'hostname' cannot take a worker id from it"
+                "the host name \"{host}\" does not end in \"-<number>\", so snowflake_id.worker_id_source = 'hostname' cannot take a worker id from it"
             ),
         )
         .hint(format!(
-            "Give each server a host name that ends in its instance number, as a Kubernetes StatefulSet (pg-0, pg-1) or CloudNativePG (cluster-1, cluster-2) does; or set snowflake_id.worker_id and ALTER SYSTEM RESET snowflake_id.worker_id_source; {RESTART}."
+            "Give each server a host name that ends in a hyphen and its instance number without leading zeros, as a Kubernetes StatefulSet (pg-0, pg-1) or CloudNativePG (cluster-1, cluster-2) does; or set snowflake_id.worker_id and ALTER SYSTEM RESET snowflake_id.worker_id_source; {RESTART}."
         )));
     }
     // Too many digits for any layout: i64::MAX is refused as out of range.
@@ -156,8 +168,8 @@ mod tests {
             ("pg-12", 0, 12),
             ("orders-db-7", 100, 107),
             ("cluster-3", -1, 2),
-            ("db007", 0, 7),
             ("pg-4.pg.default.svc.cluster.local", 0, 4),
+            ("orders-shard-2-0", 0, 0),
         ];
         for (host, offset, want) in cases {
             let d = derive_from("hostname", -1, offset, Some(host)).unwrap();
@@ -174,12 +186,21 @@ mod tests {
 
     #[test]
     fn a_host_name_without_a_number_is_refused_naming_it() {
-        for host in ["db-primary", "pg-1a", "", "pg.7"] {
+        for host in [
+            "db-primary",
+            "pg-1a",
+            "",
+            "pg.7",
+            "db07",
+            "db-07",
+            "-3",
+            "pg-",
+        ] {
             let e = derive_from("hostname", -1, 0, Some(host)).unwrap_err();
             assert_eq!(e.class, Class::InvalidParameter);
             assert!(
                 e.message
-                    .contains(&format!("\"{host}\" does not end in a number")),
+                    .contains(&format!("\"{host}\" does not end in \"-<number>\"")),
                 "{}",
                 e.message
             );
