@@ -7,6 +7,7 @@
 //! Every inconsistency is an error naming the settings involved: a worker id
 //! nobody chose is how two servers come to share one.
 
+use crate::config::RawSettings;
 use crate::failure::{Class, Failure};
 
 const RESTART: &str = "then restart PostgreSQL";
@@ -34,17 +35,6 @@ impl Source {
     }
 }
 
-/// The settings and facts a worker id is worked out from.
-#[derive(Debug, Clone, Copy)]
-pub struct Inputs<'a> {
-    /// `snowflake_id.worker_id`, `-1` while unset.
-    pub worker_id: i32,
-    pub source: &'a str,
-    pub offset: i32,
-    /// This host's name, `None` if it could not be read.
-    pub host_name: Option<&'a str>,
-}
-
 /// A worker id, before it is checked against the layout's worker bits, and
 /// where it came from in words (for the status and for errors).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,13 +44,14 @@ pub struct Derived {
     pub origin: String,
 }
 
-pub fn derive(inputs: &Inputs) -> Result<Derived, Failure> {
-    match Source::parse(inputs.source)? {
-        Source::Setting if inputs.offset != 0 => Err(Failure::new(
+/// The worker id `raw`'s worker settings name, not yet checked against a layout.
+pub fn derive(inputs: &RawSettings) -> Result<Derived, Failure> {
+    match Source::parse(inputs.worker_id_source)? {
+        Source::Setting if inputs.worker_id_offset != 0 => Err(Failure::new(
             Class::InvalidParameter,
             format!(
                 "snowflake_id.worker_id_offset = {} is set, but the worker id does not come from the host name",
-                inputs.offset
+                inputs.worker_id_offset
             ),
         )
         .hint(format!(
@@ -80,7 +71,7 @@ pub fn derive(inputs: &Inputs) -> Result<Derived, Failure> {
         .hint(format!(
             "Keep one: ALTER SYSTEM RESET snowflake_id.worker_id to use the host name, or ALTER SYSTEM RESET snowflake_id.worker_id_source to use the setting; {RESTART}."
         ))),
-        Source::HostName => from_host_name(inputs.host_name, inputs.offset),
+        Source::HostName => from_host_name(inputs.host_name, inputs.worker_id_offset),
     }
 }
 
@@ -143,10 +134,13 @@ mod tests {
         offset: i32,
         host: Option<&str>,
     ) -> Result<Derived, Failure> {
-        derive(&Inputs {
+        derive(&RawSettings {
             worker_id,
-            source,
-            offset,
+            layout: "snowflake_id",
+            epoch: crate::config::DEFAULT_EPOCH_TEXT,
+            epoch_set: false,
+            worker_id_source: source,
+            worker_id_offset: offset,
             host_name: host,
         })
     }
