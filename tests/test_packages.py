@@ -40,6 +40,11 @@ PACKAGES = os.environ.get("SNOWFLAKE_PACKAGE_DIR") or os.path.join(
     os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target"), "debian")
 
 
+def pg_config(bin_dir, what):
+    """What the pg_config in `bin_dir` says about `what` (e.g. --pkglibdir)."""
+    return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
+
+
 def name_of(major):
     return f"postgresql-{major}-snowflake-id"
 
@@ -199,21 +204,18 @@ def _make_stand_in(major, bin_dir):
     """Debian's paths of postgresql-NN, as links into this project's build of
     NN, and a package that provides postgresql-NN, so that apt and dpkg treat
     the package for NN as they would next to apt.postgresql.org's."""
-    def config(what):
-        return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
-
     lib_root, share_root = _debian_paths(major)
     for d in (lib_root, share_root):
         assert not os.path.exists(d), f"{d} exists: a real postgresql-{major}? This test needs it absent."
         os.makedirs(d)
         open(os.path.join(d, STAND_IN_MARK), "w").close()
-    os.symlink(config("--bindir"), os.path.join(lib_root, "bin"))
-    os.symlink(config("--pkglibdir"), os.path.join(lib_root, "lib"))
-    os.symlink(os.path.join(config("--sharedir"), "extension"), os.path.join(share_root, "extension"))
+    os.symlink(pg_config(bin_dir, "--bindir"), os.path.join(lib_root, "bin"))
+    os.symlink(pg_config(bin_dir, "--pkglibdir"), os.path.join(lib_root, "lib"))
+    os.symlink(os.path.join(pg_config(bin_dir, "--sharedir"), "extension"), os.path.join(share_root, "extension"))
 
     stage = tempfile.mkdtemp()
     os.makedirs(os.path.join(stage, "DEBIAN"))
-    upstream = config("--version").split()[1]
+    upstream = pg_config(bin_dir, "--version").split()[1]
     with open(os.path.join(stage, "DEBIAN", "control"), "w") as f:
         f.write(f"Package: snowflake-id-test-postgresql-{major}\nVersion: {upstream}-0\nArchitecture: all\n"
                 f"Maintainer: snowflake_id tests <root@localhost>\nProvides: postgresql-{major}\n"
@@ -252,11 +254,8 @@ def test_each_other_package_installs_with_apt_and_serves_its_major(major):
     deb, name = deb_of(major), name_of(major)
     bin_dir = os.path.join(PG_CACHE, major, "bin")
 
-    def config(what):
-        return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
-
     lib_root, share_root = _debian_paths(major)
-    build_lib, build_ext = config("--pkglibdir"), os.path.join(config("--sharedir"), "extension")
+    build_lib, build_ext = pg_config(bin_dir, "--pkglibdir"), os.path.join(pg_config(bin_dir, "--sharedir"), "extension")
     remove_stand_ins()
     keep = tempfile.mkdtemp()
     saved = _save(_installed_extension_files(build_lib, build_ext), keep)
