@@ -23,6 +23,7 @@ packages=(
     build-essential pkg-config clang libclang-dev libssl-dev ca-certificates curl git
     "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libpq-dev
     sudo faketime libfaketime bison flex zlib1g-dev
+    "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-matplotlib
 )
 missing=()

@@ -4,6 +4,8 @@
 -- a synchronous standby; snowflake_resume_above(id) raises the floor above
 -- data that arrived without the mark. The status becomes readable by
 -- monitoring roles (pg_read_all_stats, and so pg_monitor) instead of by all.
+-- Each server can claim its worker id in snowflake_claims, which travels
+-- with replicated data, so that two live servers with one worker id are found.
 
 \echo Use "ALTER EXTENSION snowflake_id UPDATE TO '0.2.0'" to load this file. \quit
 
@@ -55,3 +57,24 @@ REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
 GRANT SELECT ON snowflake_status TO pg_read_all_stats;
+
+-- Which worker id each server issues IDs under: one row per server (system
+-- identifier) and timeline, kept by the claims worker of every server whose
+-- snowflake_id.claims_database names this database. Replicated along with
+-- the data (see "Worker-id claims" in the README), it lets every server that
+-- receives another live server's claim on its own worker id know.
+-- Not dumped: a claim belongs to the server that wrote it.
+CREATE TABLE snowflake_claims (
+    worker_id integer NOT NULL,
+    system_identifier bigint NOT NULL,
+    timeline bigint NOT NULL,
+    name text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    last_seen timestamptz NOT NULL,
+    PRIMARY KEY (system_identifier, timeline, worker_id)
+);
+
+-- Written by the claims worker (as the bootstrap superuser) and by
+-- replication; readable by monitoring roles, as the status is.
+REVOKE ALL ON snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_claims TO pg_read_all_stats;

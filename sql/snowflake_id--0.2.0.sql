@@ -7,7 +7,31 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:145
+-- src/claims.rs:428
+-- Which worker id each server issues IDs under: one row per server (system
+-- identifier) and timeline, kept by the claims worker of every server whose
+-- snowflake_id.claims_database names this database. Replicated along with
+-- the data (see "Worker-id claims" in the README), it lets every server that
+-- receives another live server's claim on its own worker id know.
+-- Not dumped: a claim belongs to the server that wrote it.
+CREATE TABLE snowflake_claims (
+    worker_id integer NOT NULL,
+    system_identifier bigint NOT NULL,
+    timeline bigint NOT NULL,
+    name text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    last_seen timestamptz NOT NULL,
+    PRIMARY KEY (system_identifier, timeline, worker_id)
+);
+
+-- Written by the claims worker (as the bootstrap superuser) and by
+-- replication; readable by monitoring roles, as the status is.
+REVOKE ALL ON snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/status.rs:149
 -- What this server's generator is doing. VOLATILE: every call reads live
 -- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
@@ -64,7 +88,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:43
+-- src/lib.rs:45
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -134,7 +158,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:57
+-- src/lib.rs:59
 -- snowflake_id::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -145,7 +169,7 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:66
+-- src/lib.rs:68
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above

@@ -187,7 +187,7 @@ pub fn replay_unreadable(why: &str) {
 /// Why generation is refused right now, if it is.
 fn refused(st: &State) -> Option<Failure> {
     if !st.refused.load(Ordering::Acquire) {
-        return None;
+        return crate::claims::refusal(st);
     }
     let f = match st.refusal.load(Ordering::Relaxed) {
         r if r == Refusal::ReplayedOtherSettings as u8 => settings::config()
@@ -403,6 +403,13 @@ fn publish(st: &State, w: Written, budget_ms: u64) -> Result<u64, Failure> {
         st.counters.standby_wait_us.fetch_add(us, Ordering::Relaxed);
     }
     st.gen.publish_durable(w.mark);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    // A claim refusal that came while this mark was written revoked the
+    // window before this publish: revoke it again (the flag is set before
+    // the claims worker revokes, both sequentially consistent).
+    if st.claims.refused() {
+        st.gen.revoke_durable();
+    }
     Ok(waited.unwrap_or(0))
 }
 

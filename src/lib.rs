@@ -8,6 +8,7 @@
 
 use pgrx::prelude::*;
 
+mod claims;
 mod clock;
 mod decode;
 mod durable;
@@ -32,6 +33,7 @@ pub extern "C-unwind" fn _PG_init() {
         wal::register(settings::wal_rmgr_id());
         shmem::install();
         reserver::register();
+        claims::register();
     } else {
         settings::read_without_defining();
     }

@@ -104,6 +104,28 @@ unsafe fn handle(signal: u32, handler: unsafe extern "C-unwind" fn(std::ffi::c_i
     }
 }
 
+/// The signal handling of this extension's background workers: SIGTERM
+/// ends them (see `on_sigterm`), SIGHUP asks for a reload.
+pub fn handle_signals() {
+    // SAFETY: the documented start of a background worker.
+    unsafe {
+        handle(pg_sys::SIGTERM, on_sigterm);
+        handle(pg_sys::SIGHUP, SignalHandlerForConfigReload);
+        pg_sys::BackgroundWorkerUnblockSignals();
+    }
+}
+
+/// Takes in a changed configuration, if a reload was asked for.
+pub fn reload_if_asked() {
+    // SAFETY: the flag and reload of every Postgres auxiliary loop.
+    unsafe {
+        if pg_sys::ConfigReloadPending != 0 {
+            pg_sys::ConfigReloadPending = 0;
+            pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
+        }
+    }
+}
+
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_pid(_code: i32, _arg: pg_sys::Datum) {
     if let Some(st) = shmem::state() {
@@ -116,13 +138,9 @@ unsafe extern "C-unwind" fn forget_pid(_code: i32, _arg: pg_sys::Datum) {
 pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
     // SIGTERM ends the loop with exit status 1: the postmaster starts the
     // worker again after a second, unless the server is shutting down.
-    // SAFETY: the documented start of a background worker.
-    unsafe {
-        handle(pg_sys::SIGTERM, on_sigterm);
-        handle(pg_sys::SIGHUP, SignalHandlerForConfigReload);
-        pg_sys::BackgroundWorkerUnblockSignals();
-        pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(0));
-    }
+    handle_signals();
+    // SAFETY: registering an exit callback in this process.
+    unsafe { pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(0)) };
     let Some(st) = shmem::state() else { return };
     st.reserver_pid
         .store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
@@ -136,13 +154,7 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
             // SAFETY: the normal way out of a background worker.
             unsafe { pg_sys::proc_exit(1) };
         }
-        // SAFETY: the flag and reload of every Postgres auxiliary loop.
-        unsafe {
-            if pg_sys::ConfigReloadPending != 0 {
-                pg_sys::ConfigReloadPending = 0;
-                pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP);
-            }
-        }
+        reload_if_asked();
         let now = watch.check(st);
         let (Ok(cfg), true) = (settings::config(), durable::may_issue(st).is_ok()) else {
             continue;

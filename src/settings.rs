@@ -34,6 +34,7 @@ static WAL_RMGR_ID: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_WAL_RMGR_ID
 static WORKER_ID_SOURCE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"setting"));
 static WORKER_ID_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
+static CLAIMS_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// The custom WAL resource manager id marks are logged under. 128 is for
 /// development only; the ids PostgreSQL's wiki lists (129 to 140, 241) and
@@ -295,6 +296,14 @@ pub fn define() {
         GucFlags::default(),
     );
     GucRegistry::define_string_guc(
+        c"snowflake_id.claims_database",
+        c"The database where this server claims its worker id in snowflake_claims; empty: no claims.",
+        c"Replicate snowflake_claims along with the data, and every server that receives another live server's claim on its own worker id knows.",
+        &CLAIMS_DATABASE,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
         c"snowflake_id.layout",
         c"Bit layout of this server's IDs: a named layout or a custom spec.",
         c"Named: snowflake_id, twitter, discord, instagram, pgedge, sonyflake, baidu, js53. Custom: 'time=41,worker=10,sequence=12,unit=1ms'.",
@@ -434,6 +443,23 @@ fn host_name() -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// The database the claims worker keeps this server's claim in, if any.
+pub fn claims_database() -> Option<String> {
+    Some(string_setting(&CLAIMS_DATABASE)).filter(|d| !d.trim().is_empty())
+}
+
+/// This server's name in its claim: `cluster_name`, else host and port.
+pub fn server_name() -> String {
+    // SAFETY: reading a setting's current value; PostPortNumber is set at start.
+    let cluster = unsafe {
+        let p = pg_sys::GetConfigOption(c"cluster_name".as_ptr(), true, false);
+        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+    };
+    cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
+        format!("{}:{}", host_name().unwrap_or_default(), unsafe { pg_sys::PostPortNumber })
+    })
+}
+
 /// Every setting Postgres knows in this process, placeholders included.
 fn all_settings() -> &'static [*mut pg_sys::config_generic] {
     // SAFETY: Postgres's own array of its settings, valid until a setting is
@@ -475,7 +501,7 @@ fn warn_of_names_in_another_case() {
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
                 )
                 .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
-                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id."),
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id, claims_database."),
                 pgrx::PgLogLevel::WARNING,
             );
         }

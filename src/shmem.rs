@@ -65,6 +65,8 @@ pub struct State {
     /// Why generation is refused (`Refusal`), when `refused` is set.
     pub refusal: AtomicU8,
     pub counters: Counters,
+    /// What the claims worker concluded (see `claims`).
+    pub claims: crate::claims::Shared,
     lock: AtomicPtr<pg_sys::LWLock>,
     slot_count: u64,
 }
@@ -239,6 +241,7 @@ impl State {
             settled: AtomicBool::new(false),
             refusal: AtomicU8::new(0),
             counters: Counters::default(),
+            claims: crate::claims::Shared::new(),
             lock: AtomicPtr::new(lock),
             slot_count,
         }

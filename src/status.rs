@@ -58,6 +58,9 @@ fn problem(st: &State, now: i64) -> Option<String> {
     if let Err(f) = failure() {
         return Some(f.message);
     }
+    if let Some(w) = crate::claims::warning(st) {
+        return Some(w);
+    }
     (st.reserver_pid.load(Ordering::Relaxed) == 0).then(|| {
         "the background writer (snowflake_id reserver) is not running; IDs are still issued, each caller that needs the durable mark moved writes it".to_string()
     })

@@ -43,18 +43,26 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         # the view with its columns.
         catalog = """
             SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-                   provolatile, proisstrict, proparallel, coalesce(proacl::text, '')
+                   provolatile::text, proisstrict, proparallel::text, coalesce(proacl::text, '')
             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
-            UNION ALL SELECT relname, '', (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', '
-                                                             ORDER BY attnum)
-                                           FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0),
-                             '', false, '', relacl::text FROM pg_class c WHERE relname = 'snowflake_status'
+            UNION ALL SELECT relname, relkind::text,
+                             (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod)
+                                                || CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END, ', '
+                                                ORDER BY attnum)
+                              FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped),
+                             (SELECT string_agg(pg_get_constraintdef(k.oid), '; ' ORDER BY 1)
+                              FROM pg_constraint k WHERE k.conrelid = c.oid),
+                             false, '', coalesce(relacl::text, '')
+            FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
             ORDER BY 1"""
         updated = srv.sql(catalog)
         with srv.connect(dbname="fresh") as conn, conn.cursor() as cur:
             cur.execute(catalog)
             assert updated == cur.fetchall()
         assert any("pg_read_all_stats" in row[6] for row in updated), updated
+        assert {row[0] for row in updated} >= {"snowflake_status", "snowflake_claims"}, updated
+        assert "PRIMARY KEY (system_identifier, timeline, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
     finally:
         srv.destroy()

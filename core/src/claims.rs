@@ -139,11 +139,17 @@ pub struct Observer {
 
 impl Observer {
     /// Whether `claim` is live at `now_ms` (this server's clock); records
-    /// what was seen.
-    fn live(&mut self, claim: &Claim, now_ms: UnixMs) -> bool {
+    /// what was seen. `inherited`: the claim may have come with this
+    /// server's own data (a standby's copy of its old primary's claim), so
+    /// only a change seen here makes it live.
+    fn live(&mut self, claim: &Claim, now_ms: UnixMs, inherited: bool) -> bool {
         // First sighting: only the other server's clock can say how long ago
         // it last refreshed the claim.
-        let first = now_ms - (now_ms - claim.last_seen_ms).abs();
+        let first = if inherited {
+            UnixMs::MIN / 2
+        } else {
+            now_ms - (now_ms - claim.last_seen_ms).abs()
+        };
         let entry = self
             .changed_at
             .entry(claim.who.clone())
@@ -156,10 +162,16 @@ impl Observer {
 
     /// Judges every claim this server holds, `me` being its own claim.
     pub fn judge(&mut self, me: &Claim, claims: &[Claim], now_ms: UnixMs) -> Vec<Finding> {
+        let mine = |c: &Claim| c.who.system_identifier == me.who.system_identifier;
         let live: Vec<&Claim> = claims
             .iter()
-            .filter(|c| c.who != me.who)
-            .filter(|c| self.live(c, now_ms))
+            // This server's own rows, under this worker id or one it had
+            // before a restart.
+            .filter(|c| !(mine(c) && c.who.timeline == me.who.timeline))
+            .filter(|c| {
+                let inherited = mine(c) && c.who.timeline < me.who.timeline;
+                self.live(c, now_ms, inherited)
+            })
             .collect();
         let mut findings = Vec::new();
         for (i, c) in live.iter().enumerate() {
@@ -260,10 +272,43 @@ mod tests {
             Observer::default().judge(&old, &[promoted.clone()], now),
             vec![Finding::Refuse(promoted.clone())]
         );
+        // The promoted side believes a copy of its own history only once it
+        // changes (see the test below).
+        let mut obs = Observer::default();
+        assert_eq!(obs.judge(&promoted, &[old.clone()], now), vec![]);
+        let refreshed = Claim {
+            last_seen_ms: now + 2_000,
+            ..old
+        };
         assert_eq!(
-            Observer::default().judge(&promoted, &[old.clone()], now),
+            obs.judge(&promoted, &[refreshed.clone()], now + 2_000),
+            vec![Finding::Warn(refreshed)]
+        );
+    }
+
+    #[test]
+    fn a_promoted_standby_ignores_its_old_primarys_claim_until_it_changes() {
+        // Promoted a second after the primary's last refresh: the copied row
+        // looks recent, but a dead primary never refreshes it again.
+        let promoted = claim(9, 2, 5, T0 + 1_000, T0 + 1_000);
+        let mut old = claim(9, 1, 5, T0 - 60_000, T0);
+        let mut obs = Observer::default();
+        assert_eq!(obs.judge(&promoted, &[old.clone()], T0 + 1_000), vec![]);
+        assert_eq!(obs.judge(&promoted, &[old.clone()], T0 + 3_000), vec![]);
+        // A split brain: the old primary still refreshes it.
+        old.last_seen_ms = T0 + 3_000;
+        assert_eq!(
+            obs.judge(&promoted, &[old.clone()], T0 + 3_100),
             vec![Finding::Warn(old)]
         );
+    }
+
+    #[test]
+    fn this_servers_own_rows_under_another_worker_id_are_not_a_collision() {
+        let me = claim(1, 1, 6, T0, T0);
+        let before_restart = claim(1, 1, 5, T0 - 60_000, T0 - 1_000);
+        let other = claim(2, 1, 5, T0, T0);
+        assert_eq!(Observer::default().judge(&me, &[before_restart, other], T0), vec![]);
     }
 
     #[test]

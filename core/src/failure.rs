@@ -47,7 +47,27 @@ impl Class {
             Class::Warning => "01000",
         }
     }
+
+    const ALL: [Class; 10] = [
+        Class::NotReady,
+        Class::InvalidParameter,
+        Class::IdOutOfRange,
+        Class::TimeOutOfRange,
+        Class::LayoutExhausted,
+        Class::ReadOnly,
+        Class::Corrupted,
+        Class::Io,
+        Class::Privilege,
+        Class::Warning,
+    ];
+
+    pub fn from_sqlstate(code: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.sqlstate() == code)
+    }
 }
+
+/// Separates the parts of a failure in its text form; never in a message.
+const UNIT_SEPARATOR: char = '\u{1f}';
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -78,6 +98,39 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// One string holding the whole failure, for a process that raises what
+    /// another one decided (through shared memory).
+    pub fn to_text(&self) -> String {
+        let parts = [
+            self.class.sqlstate(),
+            &self.message,
+            self.detail.as_deref().unwrap_or(""),
+            self.hint.as_deref().unwrap_or(""),
+        ];
+        parts
+            .map(|p| p.replace(UNIT_SEPARATOR, " "))
+            .join(&UNIT_SEPARATOR.to_string())
+    }
+
+    /// The failure [`Failure::to_text`] made, `None` for any other text.
+    pub fn from_text(text: &str) -> Option<Failure> {
+        let mut parts = text.split(UNIT_SEPARATOR);
+        let (code, message, detail, hint) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        Some(Failure {
+            class: Class::from_sqlstate(code)?,
+            message: message.to_string(),
+            detail: some(detail),
+            hint: some(hint),
+        })
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ({})", self.message, self.class.sqlstate())?;
@@ -92,3 +145,22 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_survives_its_text_form() {
+        for class in Class::ALL {
+            let f = Failure::new(class, "worker id 5 is also claimed").hint("Give one another id.");
+            assert_eq!(Failure::from_text(&f.to_text()), Some(f.clone()));
+            let f = f.detail("both \u{1f} live");
+            let back = Failure::from_text(&f.to_text()).unwrap();
+            assert_eq!(back.detail.as_deref(), Some("both   live"));
+        }
+        assert_eq!(Failure::from_text(""), None);
+        assert_eq!(Failure::from_text("99999\u{1f}m\u{1f}\u{1f}"), None);
+        assert_eq!(Failure::from_text("01000\u{1f}m\u{1f}\u{1f}\u{1f}x"), None);
+    }
+}
