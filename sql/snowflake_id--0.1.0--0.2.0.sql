@@ -59,19 +59,21 @@ GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
 GRANT SELECT ON snowflake_status TO pg_read_all_stats;
 
 -- Which worker id each server issues IDs under: one row per server (system
--- identifier) and timeline, kept by the claims worker of every server whose
--- snowflake_id.claims_database names this database. Replicated along with
--- the data (see "Worker-id claims" in the README), it lets every server that
--- receives another live server's claim on its own worker id know.
+-- identifier), timeline and start (instance, random), kept by the claims
+-- worker of every server whose snowflake_id.claims_database names this
+-- database. Replicated along with the data (see "Many writers" in the
+-- README), it lets every server that receives another live server's claim
+-- on its own worker id know.
 -- Not dumped: a claim belongs to the server that wrote it.
 CREATE TABLE snowflake_claims (
     worker_id integer NOT NULL,
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
+    instance bigint NOT NULL,
     name text NOT NULL,
     claimed_at timestamptz NOT NULL,
     last_seen timestamptz NOT NULL,
-    PRIMARY KEY (system_identifier, timeline, worker_id)
+    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 
 -- Written by the claims worker (as the bootstrap superuser) and by

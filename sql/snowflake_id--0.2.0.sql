@@ -7,21 +7,23 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:428
+-- src/claims.rs:660
 -- Which worker id each server issues IDs under: one row per server (system
--- identifier) and timeline, kept by the claims worker of every server whose
--- snowflake_id.claims_database names this database. Replicated along with
--- the data (see "Worker-id claims" in the README), it lets every server that
--- receives another live server's claim on its own worker id know.
+-- identifier), timeline and start (instance, random), kept by the claims
+-- worker of every server whose snowflake_id.claims_database names this
+-- database. Replicated along with the data (see "Many writers" in the
+-- README), it lets every server that receives another live server's claim
+-- on its own worker id know.
 -- Not dumped: a claim belongs to the server that wrote it.
 CREATE TABLE snowflake_claims (
     worker_id integer NOT NULL,
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
+    instance bigint NOT NULL,
     name text NOT NULL,
     claimed_at timestamptz NOT NULL,
     last_seen timestamptz NOT NULL,
-    PRIMARY KEY (system_identifier, timeline, worker_id)
+    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 
 -- Written by the claims worker (as the bootstrap superuser) and by
@@ -88,12 +90,24 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:45
+-- src/lib.rs:46
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/text.rs:18
+-- snowflake_id::text::snowflake_from_text
+CREATE  FUNCTION "snowflake_from_text"(
+	"text" TEXT, /* & str */
+	"encoding" TEXT /* & str */
+) RETURNS bigint /* i64 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -158,7 +172,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:59
+-- src/lib.rs:60
 -- snowflake_id::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -169,7 +183,7 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:68
+-- src/lib.rs:69
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above
@@ -210,5 +224,17 @@ CREATE  FUNCTION "snowflake_timestamp"(
 IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/text.rs:11
+-- snowflake_id::text::snowflake_to_text
+CREATE  FUNCTION "snowflake_to_text"(
+	"id" bigint, /* i64 */
+	"encoding" TEXT /* & str */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 

@@ -29,9 +29,12 @@ use std::time::Duration;
 
 /// How often the server log is reminded of a collision that persists.
 const REMIND_EVERY_MS: i64 = 60_000;
-/// The longest a claims transaction may wait (for a lock, say) before it
-/// gives up until the next refresh.
-const STATEMENT_TIMEOUT_MS: u64 = 1_500;
+/// The longest a claims transaction waits for a lock before it gives up
+/// until the next refresh (`lock_timeout`: a background worker's SPI never
+/// arms `statement_timeout`).
+const LOCK_TIMEOUT_MS: u64 = 1_500;
+/// This server's claims memory across restarts, in the data directory.
+const CLAIMS_FILE: &str = "snowflake_id.claims";
 
 const TEXT_WORDS: usize = 256;
 /// The worker id an onlooker judges claims as: more than any layout's
@@ -106,6 +109,8 @@ pub struct Shared {
     /// server's worker id and this one is the one to stop.
     refused: AtomicBool,
     pid: AtomicI32,
+    /// This start's instance number (0 until the claims worker first runs).
+    instance: AtomicU64,
     /// The first finding, as `Failure::to_text`; empty when there is none.
     finding: SharedText,
     /// Why claims are not being written or read, as `Failure::to_text`.
@@ -117,6 +122,7 @@ impl Shared {
         Shared {
             refused: AtomicBool::new(false),
             pid: AtomicI32::new(0),
+            instance: AtomicU64::new(0),
             finding: SharedText::new(),
             trouble: SharedText::new(),
         }
@@ -160,7 +166,8 @@ pub fn warning(st: &State) -> Option<String> {
             .and_then(|t| Failure::from_text(&t))
             .map(|f| f.message)
     };
-    text(&st.claims.finding).or_else(|| text(&st.claims.trouble)).or_else(|| {
+    // Trouble first: while claims cannot be read, a finding is dated.
+    text(&st.claims.trouble).or_else(|| text(&st.claims.finding)).or_else(|| {
         (st.claims.pid.load(Ordering::Relaxed) == 0).then(|| {
             "the claims worker (snowflake_id claims) is not running: this server's worker-id claim is not refreshed".to_string()
         })
@@ -214,11 +221,13 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     );
     BackgroundWorker::connect_worker_to_spi(Some(&db), None);
     st.claims.trouble.set("");
-    let mut keeper = Keeper::new(db);
+    let mut keeper = Keeper::new(st, db);
     loop {
         if reserver::terminating() {
+            // Status 1: the postmaster starts it again (after a shutdown
+            // it does not); 0 would unregister it until the next restart.
             // SAFETY: the normal way out of a background worker.
-            unsafe { pg_sys::proc_exit(0) };
+            unsafe { pg_sys::proc_exit(1) };
         }
         reserver::reload_if_asked();
         keeper.refresh(st);
@@ -227,32 +236,144 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
 }
 
 /// This server's claimant identity and name.
-fn me(worker_id: u32) -> (Claimant, String) {
+fn me(st: &State, worker_id: u32) -> (Claimant, String) {
     let (system_identifier, timeline) = wal::origin();
     (
         Claimant {
             system_identifier,
             timeline,
             worker_id,
+            instance: st.claims.instance.load(Ordering::Relaxed),
         },
         settings::server_name(),
     )
+}
+
+/// What this server remembers of its claims across restarts: the instance
+/// number of its last start (whose rows it deletes), and the claim it was
+/// refusing on, if any.
+#[derive(Default)]
+struct Memory {
+    instance: u64,
+    refused_by: Option<Claimant>,
+}
+
+impl Memory {
+    fn path() -> std::path::PathBuf {
+        crate::durable::data_dir().join(CLAIMS_FILE)
+    }
+
+    fn read() -> Memory {
+        let text = std::fs::read_to_string(Memory::path()).unwrap_or_default();
+        let mut m = Memory::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["instance", i] => m.instance = i.parse().unwrap_or(0),
+                ["refused_by", s, t, w, i] => {
+                    m.refused_by = (|| {
+                        Some(Claimant {
+                            system_identifier: s.parse().ok()?,
+                            timeline: t.parse().ok()?,
+                            worker_id: w.parse().ok()?,
+                            instance: i.parse().ok()?,
+                        })
+                    })()
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    /// Written whole to a new file, then renamed over the old one: a crash
+    /// leaves one or the other.
+    fn write(&self) -> std::io::Result<()> {
+        let mut text = format!("instance {}\n", self.instance);
+        if let Some(c) = &self.refused_by {
+            text.push_str(&format!(
+                "refused_by {} {} {} {}\n",
+                c.system_identifier, c.timeline, c.worker_id, c.instance
+            ));
+        }
+        let tmp = Memory::path().with_extension("claims.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, Memory::path())
+    }
+
+    fn save(&self) {
+        if let Err(e) = self.write() {
+            log!(
+                "snowflake_id: could not write {}: {e}",
+                Memory::path().display()
+            );
+        }
+    }
+}
+
+/// Where shared memory is set up (the postmaster, at start and after a
+/// crash): a server that was refusing because of a claim goes on refusing
+/// until its claims worker has seen that claim go stale, so a restart does
+/// not open a window for repeats.
+pub fn resume(st: &State) {
+    if settings::claims_database().is_none() {
+        return;
+    }
+    if let Some(c) = Memory::read().refused_by {
+        let f = Failure::new(
+            Class::NotReady,
+            format!(
+                "worker id {} was claimed by another live server (system identifier {}, timeline {}) when this server last ran",
+                c.worker_id, c.system_identifier, c.timeline
+            ),
+        )
+        .detail("This server issues no IDs until its claims worker sees that claim go stale.")
+        .hint("Give one of the two servers another worker id and restart it.");
+        st.claims.finding.set(&f.to_text());
+        st.claims.refused.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The claims worker's memory between refreshes.
 struct Keeper {
     db: String,
     observer: Observer,
+    memory: Memory,
+    /// The instance of this server's previous start, whose rows are still
+    /// to be deleted.
+    previous: Option<u64>,
     /// What the log was last told, and when.
     logged: Option<(Vec<(u8, Claimant, Option<Claimant>)>, i64)>,
     trouble_logged: Option<String>,
 }
 
 impl Keeper {
-    fn new(db: String) -> Keeper {
+    fn new(st: &State, db: String) -> Keeper {
+        let mut memory = Memory::read();
+        let mut observer = Observer::default();
+        // One instance number per life of shared memory: a restart of this
+        // worker alone keeps it.
+        let mut instance = st.claims.instance.load(Ordering::Relaxed);
+        while instance == 0 {
+            let mut b = [0u8; 8];
+            // SAFETY: fills the buffer it is given.
+            unsafe { pg_sys::pg_strong_random(b.as_mut_ptr().cast(), b.len()) };
+            // Kept within bigint, as the table stores it.
+            instance = u64::from_le_bytes(b) >> 1;
+        }
+        st.claims.instance.store(instance, Ordering::Relaxed);
+        let previous = (memory.instance != instance).then_some(memory.instance);
+        if let Some(c) = &memory.refused_by {
+            observer.remember(c.clone(), now_ms());
+        }
+        memory.instance = instance;
+        memory.save();
         Keeper {
             db,
-            observer: Observer::default(),
+            observer,
+            memory,
+            previous,
             logged: None,
             trouble_logged: None,
         }
@@ -263,14 +384,16 @@ impl Keeper {
         // nothing (the status says why), but still sees other servers
         // collide: a fan-in subscriber that only reads, say.
         let worker_id = settings::config().ok().map(|c| u32::from(c.worker_id));
-        let (who, name) = me(worker_id.unwrap_or(NO_WORKER_ID));
-        let (db, mine) = (self.db.clone(), who.clone());
+        let (who, name) = me(st, worker_id.unwrap_or(NO_WORKER_ID));
+        let (db, mine, previous) = (self.db.clone(), who.clone(), self.previous);
         let claiming = worker_id.is_some();
-        let rows =
-            match in_transaction(move || write_and_read(claiming.then_some(&mine), &name, &db)) {
-                Ok(Ok(rows)) => rows,
-                Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
-            };
+        let rows = match in_transaction(move || {
+            write_and_read(claiming.then_some(&mine), previous, &name, &db)
+        }) {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
+        };
+        self.previous = None;
         self.trouble(st, None);
         let now = now_ms();
         let onlooker = Claim {
@@ -320,6 +443,14 @@ impl Keeper {
             // and revokes it again (durable::publish).
             st.gen.revoke_durable();
         }
+        let refused_by = match findings.first() {
+            Some(Finding::Refuse(c)) => Some(c.who.clone()),
+            _ => None,
+        };
+        if refused_by != self.memory.refused_by {
+            self.memory.refused_by = refused_by;
+            self.memory.save();
+        }
         // Told again when who collides changes, and every minute while it lasts.
         let key: Vec<_> = findings.iter().map(key_of).collect();
         let (same, due) = match &self.logged {
@@ -332,11 +463,18 @@ impl Keeper {
         for f in findings {
             errors::log(f.failure(now), PgLogLevel::WARNING);
         }
-        if key.is_empty() {
+        let about_me = was
+            || self
+                .logged
+                .as_ref()
+                .is_some_and(|(k, _)| k.iter().any(|(kind, _, _)| *kind < 2));
+        if key.is_empty() && about_me {
             log!(
                 "snowflake_id: no other live server claims this server's worker id any more{}",
                 if was { "; issuing IDs again" } else { "" }
             );
+        } else if key.is_empty() {
+            log!("snowflake_id: no two live servers claim one worker id any more");
         }
         self.logged = (!key.is_empty()).then_some((key, now));
     }
@@ -391,7 +529,12 @@ fn in_transaction<R>(
 }
 
 /// Writes this server's claim and reads every claim the table holds.
-fn write_and_read(who: Option<&Claimant>, name: &str, db: &str) -> Result<Vec<Claim>, Failure> {
+fn write_and_read(
+    who: Option<&Claimant>,
+    previous: Option<u64>,
+    name: &str,
+    db: &str,
+) -> Result<Vec<Claim>, Failure> {
     let not_installed = |what: &str| {
         Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\" (snowflake_id.claims_database)"))
             .hint(format!("Run CREATE EXTENSION snowflake_id (or ALTER EXTENSION snowflake_id UPDATE) in database \"{db}\", or point snowflake_id.claims_database at the database that has it."))
@@ -413,11 +556,18 @@ fn write_and_read(who: Option<&Claimant>, name: &str, db: &str) -> Result<Vec<Cl
             "the installed snowflake_id has no snowflake_claims table",
         ));
     }
-    Spi::run(&format!(
-        "SET LOCAL statement_timeout = {STATEMENT_TIMEOUT_MS}"
-    ))
-    .and_then(|_| Spi::run("SET LOCAL synchronous_commit = local"))
-    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    Spi::run(&format!("SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
+        .and_then(|_| Spi::run("SET LOCAL synchronous_commit = local"))
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+    if let Some(previous) = previous {
+        // This server's rows from before its restart: claims no more.
+        let (sysid, tli) = wal::origin();
+        Spi::run_with_args(
+            &format!("DELETE FROM {table} WHERE system_identifier = $1 AND timeline = $2 AND instance = $3"),
+            &[(sysid as i64).into(), i64::from(tli).into(), (previous as i64).into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+    }
     if let Some(who) = who {
         claim(&table, who, name);
     }
@@ -426,29 +576,42 @@ fn write_and_read(who: Option<&Claimant>, name: &str, db: &str) -> Result<Vec<Cl
 
 /// Writes this server's claim afresh, and drops its claims on other worker ids.
 fn claim(table: &str, who: &Claimant, name: &str) {
-    let (worker, sysid, tli) = (
+    let (worker, sysid, tli, instance) = (
         who.worker_id as i32,
         who.system_identifier as i64,
         i64::from(who.timeline),
+        who.instance as i64,
     );
     Spi::run_with_args(
         // Deleted and inserted again, not updated: a subscriber that missed
         // the first insert (a subscription made without copying data, or
         // after the claim was written) would skip every update of a row it
-        // does not have, and never see the claim.
+        // does not have, and never see the claim. A promoted standby keeps
+        // the time its old primary claimed the id: it continues that
+        // server's IDs, and must not become the later claimant against a
+        // server that collided with it.
         &format!(
-            "WITH old AS (DELETE FROM {table} WHERE system_identifier = $2 AND timeline = $3 AND worker_id = $1 \
+            "WITH old AS (DELETE FROM {table} \
+                          WHERE system_identifier = $2 AND timeline = $3 AND instance = $5 AND worker_id = $1 \
                           RETURNING claimed_at) \
-             INSERT INTO {table} (worker_id, system_identifier, timeline, name, claimed_at, last_seen) \
-             SELECT $1, $2, $3, $4, coalesce((SELECT claimed_at FROM old), clock_timestamp()), clock_timestamp()"
+             INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) \
+             SELECT $1, $2, $3, $5, $4, \
+                    coalesce((SELECT claimed_at FROM old), \
+                             (SELECT min(claimed_at) FROM {table} \
+                              WHERE system_identifier = $2 AND timeline < $3 AND worker_id = $1), \
+                             clock_timestamp()), \
+                    clock_timestamp()"
         ),
-        &[worker.into(), sysid.into(), tli.into(), name.into()],
+        &[worker.into(), sysid.into(), tli.into(), name.into(), instance.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
-    // A worker id this server had before a restart is claimed no more.
+    // A worker id this server had earlier in this run is claimed no more.
     Spi::run_with_args(
-        &format!("DELETE FROM {table} WHERE system_identifier = $1 AND timeline = $2 AND worker_id <> $3"),
-        &[sysid.into(), tli.into(), worker.into()],
+        &format!(
+            "DELETE FROM {table} \
+             WHERE system_identifier = $1 AND timeline = $2 AND instance = $3 AND worker_id <> $4"
+        ),
+        &[sysid.into(), tli.into(), instance.into(), worker.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
 }
@@ -458,7 +621,7 @@ fn read(table: &str) -> Result<Vec<Claim>, Failure> {
     Spi::connect(|client| {
         let rows = client.select(
             &format!(
-                "SELECT worker_id, system_identifier, timeline, name, \
+                "SELECT worker_id, system_identifier, timeline, instance, name, \
                  (extract(epoch FROM claimed_at) * 1000)::bigint, (extract(epoch FROM last_seen) * 1000)::bigint \
                  FROM {table}"
             ),
@@ -467,12 +630,13 @@ fn read(table: &str) -> Result<Vec<Claim>, Failure> {
         )?;
         let mut claims = Vec::new();
         for row in rows {
-            let (Some(w), Some(s), Some(t), Some(c), Some(l)) = (
+            let (Some(w), Some(s), Some(t), Some(i), Some(c), Some(l)) = (
                 row.get::<i32>(1)?,
                 row.get::<i64>(2)?,
                 row.get::<i64>(3)?,
-                row.get::<i64>(5)?,
+                row.get::<i64>(4)?,
                 row.get::<i64>(6)?,
+                row.get::<i64>(7)?,
             ) else {
                 continue;
             };
@@ -481,8 +645,9 @@ fn read(table: &str) -> Result<Vec<Claim>, Failure> {
                     system_identifier: s as u64,
                     timeline: t as u32,
                     worker_id: w as u32,
+                    instance: i as u64,
                 },
-                name: row.get::<String>(4)?.unwrap_or_default(),
+                name: row.get::<String>(5)?.unwrap_or_default(),
                 claimed_at_ms: c,
                 last_seen_ms: l,
             });

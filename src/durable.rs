@@ -28,7 +28,7 @@ use std::sync::Mutex;
 /// Written by the postmaster before backends fork from it.
 static REFUSAL: Mutex<Option<Failure>> = Mutex::new(None);
 
-fn data_dir() -> std::path::PathBuf {
+pub fn data_dir() -> std::path::PathBuf {
     // SAFETY: DataDir is set before shared memory exists and never changes.
     let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
     std::path::PathBuf::from(dir.to_string_lossy().into_owned())
@@ -87,6 +87,7 @@ pub fn resume(st: &State) {
         .filter(|(_, f)| dir.join(f).exists())
         .fold(0u8, |bits, (i, _)| bits | 1 << i);
     st.recovery_files.store(files, Ordering::Relaxed);
+    crate::claims::resume(st);
     let Ok(cfg) = settings::config() else {
         // Settings problems are raised on use and were logged when they were read.
         if let Err(f) = settings::config() {

@@ -16,6 +16,7 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::Corrupted => ERRCODE_DATA_CORRUPTED,
         Class::Io => ERRCODE_IO_ERROR,
         Class::Privilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
+        Class::InvalidText => ERRCODE_INVALID_TEXT_REPRESENTATION,
         Class::Warning => ERRCODE_WARNING,
     }
 }

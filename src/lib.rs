@@ -20,6 +20,7 @@ mod reserver;
 mod settings;
 mod shmem;
 mod status;
+mod text;
 mod wal;
 
 ::pgrx::pg_module_magic!(name, version);

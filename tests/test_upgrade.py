@@ -63,6 +63,6 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
             assert updated == cur.fetchall()
         assert any("pg_read_all_stats" in row[6] for row in updated), updated
         assert {row[0] for row in updated} >= {"snowflake_status", "snowflake_claims"}, updated
-        assert "PRIMARY KEY (system_identifier, timeline, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
+        assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
     finally:
         srv.destroy()

@@ -26,6 +26,10 @@ pub struct Claimant {
     pub system_identifier: u64,
     pub timeline: u32,
     pub worker_id: u32,
+    /// Random for each start of the server: two copies of one data
+    /// directory running at once (a base backup started beside its
+    /// original) share system identifier and timeline, but not this.
+    pub instance: u64,
 }
 
 /// One row of the claims table.
@@ -84,7 +88,7 @@ impl Finding {
             Finding::Warn(other) => Failure::new(
                 Class::Warning,
                 format!(
-                    "worker id {} is also claimed by the live server {}; that server no longer issues IDs",
+                    "worker id {} is also claimed by the live server {}; that server stops issuing IDs once it receives this server's claim",
                     other.who.worker_id,
                     other.describe(now_ms)
                 ),
@@ -114,16 +118,16 @@ fn refusal_reason(other: &Claim) -> String {
 /// Which of two live claimants of one worker id must stop: the old primary
 /// when one is a promoted copy of the other (same system, a later timeline:
 /// the one the failover chose); otherwise the later claimant, and on a tie
-/// the larger system identifier, so that both sides agree.
+/// the larger system identifier (then instance), so that both sides agree.
 fn must_stop<'a>(a: &'a Claim, b: &'a Claim) -> &'a Claim {
-    if a.who.system_identifier == b.who.system_identifier {
+    if a.who.system_identifier == b.who.system_identifier && a.who.timeline != b.who.timeline {
         return if a.who.timeline < b.who.timeline {
             a
         } else {
             b
         };
     }
-    let key = |c: &Claim| (c.claimed_at_ms, c.who.system_identifier);
+    let key = |c: &Claim| (c.claimed_at_ms, c.who.system_identifier, c.who.instance);
     if key(a) > key(b) {
         a
     } else {
@@ -155,9 +159,18 @@ impl Observer {
             .entry(claim.who.clone())
             .or_insert((claim.last_seen_ms, first));
         if entry.0 != claim.last_seen_ms {
-            *entry = (claim.last_seen_ms, now_ms);
+            // A remembered claim's first sighting is not a change.
+            let changed = if entry.0 == UnixMs::MIN { entry.1 } else { now_ms };
+            *entry = (claim.last_seen_ms, changed);
         }
         ((now_ms - entry.1).max(0) as u64) < STALE_AFTER_MS
+    }
+
+    /// Counts `who` as live from `now_ms` on, whatever its `last_seen`
+    /// says: a claim that made this server refuse before a restart keeps
+    /// it refusing until the claim is seen not to change.
+    pub fn remember(&mut self, who: Claimant, now_ms: UnixMs) {
+        self.changed_at.insert(who, (UnixMs::MIN, now_ms));
     }
 
     /// Judges every claim this server holds, `me` being its own claim.
@@ -165,9 +178,11 @@ impl Observer {
         let mine = |c: &Claim| c.who.system_identifier == me.who.system_identifier;
         let live: Vec<&Claim> = claims
             .iter()
-            // This server's own rows, under this worker id or one it had
-            // before a restart.
-            .filter(|c| !(mine(c) && c.who.timeline == me.who.timeline))
+            // This server's own rows, under this worker id or another it
+            // had earlier in this run.
+            .filter(|c| {
+                !(mine(c) && c.who.timeline == me.who.timeline && c.who.instance == me.who.instance)
+            })
             .filter(|c| {
                 let inherited = mine(c) && c.who.timeline < me.who.timeline;
                 self.live(c, now_ms, inherited)
@@ -213,6 +228,7 @@ mod tests {
                 system_identifier: sysid,
                 timeline,
                 worker_id,
+                instance: sysid * 1000 + u64::from(timeline),
             },
             name: format!("db{sysid}-{timeline}"),
             claimed_at_ms,
@@ -304,11 +320,50 @@ mod tests {
     }
 
     #[test]
-    fn this_servers_own_rows_under_another_worker_id_are_not_a_collision() {
+    fn two_running_copies_of_one_data_directory_collide() {
+        // A base backup started beside its original: same system, same
+        // timeline, another start.
+        let original = claim(9, 1, 5, T0, T0 + 60_000);
+        let copy = Claim {
+            who: Claimant {
+                instance: 77,
+                ..original.who.clone()
+            },
+            claimed_at_ms: T0 + 60_000,
+            ..original.clone()
+        };
+        let now = T0 + 60_000;
+        assert_eq!(
+            Observer::default().judge(&copy, &[original.clone(), copy.clone()], now),
+            vec![Finding::Refuse(original.clone())]
+        );
+        assert_eq!(
+            Observer::default().judge(&original, &[original.clone(), copy.clone()], now),
+            vec![Finding::Warn(copy)]
+        );
+    }
+
+    #[test]
+    fn a_remembered_refusal_holds_until_the_claim_is_seen_not_to_change() {
+        let me = claim(2, 1, 5, T0 + 1_000, T0 + 100_000);
+        // Last refreshed long ago, as the table holds it after a restart.
+        let other = claim(1, 1, 5, T0, T0 + 50_000);
+        let mut obs = Observer::default();
+        let start = T0 + 100_000;
+        obs.remember(other.who.clone(), start);
+        assert_eq!(obs.judge(&me, &[other.clone()], start), vec![Finding::Refuse(other.clone())]);
+        assert_eq!(obs.judge(&me, &[other.clone()], start + STALE_AFTER_MS as i64 - 1).len(), 1);
+        assert_eq!(obs.judge(&me, &[other.clone()], start + STALE_AFTER_MS as i64), vec![]);
+        // Without the memory it would have been stale at once.
+        assert_eq!(Observer::default().judge(&me, &[other], start), vec![]);
+    }
+
+    #[test]
+    fn this_runs_own_rows_under_another_worker_id_are_not_a_collision() {
         let me = claim(1, 1, 6, T0, T0);
-        let before_restart = claim(1, 1, 5, T0 - 60_000, T0 - 1_000);
+        let earlier_id = claim(1, 1, 5, T0 - 60_000, T0 - 1_000);
         let other = claim(2, 1, 5, T0, T0);
-        assert_eq!(Observer::default().judge(&me, &[before_restart, other], T0), vec![]);
+        assert_eq!(Observer::default().judge(&me, &[earlier_id, other], T0), vec![]);
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub enum Class {
     Io,
     /// 42501 insufficient_privilege.
     Privilege,
+    /// 22P02 invalid_text_representation: text that is not what it claims to be.
+    InvalidText,
     /// 01000 warning: not a failure yet, reported at WARNING level.
     Warning,
 }
@@ -44,11 +46,12 @@ impl Class {
             Class::Corrupted => "XX001",
             Class::Io => "58030",
             Class::Privilege => "42501",
+            Class::InvalidText => "22P02",
             Class::Warning => "01000",
         }
     }
 
-    const ALL: [Class; 10] = [
+    const ALL: [Class; 11] = [
         Class::NotReady,
         Class::InvalidParameter,
         Class::IdOutOfRange,
@@ -58,6 +61,7 @@ impl Class {
         Class::Corrupted,
         Class::Io,
         Class::Privilege,
+        Class::InvalidText,
         Class::Warning,
     ];
 

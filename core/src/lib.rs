@@ -7,6 +7,7 @@
 //! - [`worker`]: where the worker id comes from (the setting or the host name).
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
+//! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
 //! - [`resume`]: where generation may resume after a start or a crash.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod failure;
 pub mod generator;
 pub mod layout;
+pub mod text;
 pub mod timefmt;
 
 pub use failure::{Class, Failure};

@@ -1,0 +1,21 @@
+//! IDs as fixed-width text that sorts like the numbers:
+//! `snowflake_to_text(id, encoding)` and `snowflake_from_text(text, encoding)`.
+
+use crate::errors::OrRaise;
+use pgrx::prelude::*;
+use snowflake_id_core::text::Encoding;
+
+/// `id` as fixed-width text in `encoding` ('base62', 'base32' or 'hex'),
+/// whose byte order (`COLLATE "C"`) is the IDs' numeric order. IMMUTABLE:
+/// the text depends on the arguments alone.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_to_text(id: i64, encoding: &str) -> String {
+    Encoding::parse(encoding).or_raise().encode(id).or_raise()
+}
+
+/// The ID a text of `encoding` holds; anything but exactly that encoding's
+/// width in its alphabet is SQLSTATE 22P02. IMMUTABLE, as its inverse.
+#[pg_extern(immutable, strict, parallel_safe)]
+fn snowflake_from_text(text: &str, encoding: &str) -> i64 {
+    Encoding::parse(encoding).or_raise().decode(text).or_raise()
+}
