@@ -7,29 +7,19 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:660
--- Which worker id each server issues IDs under: one row per server (system
--- identifier), timeline and start (instance, random), kept by the claims
--- worker of every server whose snowflake_id.claims_database names this
--- database. Replicated along with the data (see "Many writers" in the
--- README), it lets every server that receives another live server's claim
--- on its own worker id know.
--- Not dumped: a claim belongs to the server that wrote it.
-CREATE TABLE snowflake_claims (
-    worker_id integer NOT NULL,
-    system_identifier bigint NOT NULL,
-    timeline bigint NOT NULL,
-    instance bigint NOT NULL,
-    name text NOT NULL,
-    claimed_at timestamptz NOT NULL,
-    last_seen timestamptz NOT NULL,
-    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
-);
+-- src/decode.rs:85
 
--- Written by the claims worker (as the bootstrap superuser) and by
--- replication; readable by monitoring roles, as the status is.
-REVOKE ALL ON snowflake_claims FROM PUBLIC;
-GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+-- The parts of an ID under this server's layout. STABLE: the layout is fixed
+-- while the server runs, but a restart with other settings changes it.
+CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record STABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
+
+-- The parts of an ID under a named layout (or a custom one that names its
+-- epoch). IMMUTABLE: a named layout never changes.
+CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -74,19 +64,29 @@ CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:85
+-- src/claims.rs:660
+-- Which worker id each server issues IDs under: one row per server (system
+-- identifier), timeline and start (instance, random), kept by the claims
+-- worker of every server whose snowflake_id.claims_database names this
+-- database. Replicated along with the data (see "Many writers" in the
+-- README), it lets every server that receives another live server's claim
+-- on its own worker id know.
+-- Not dumped: a claim belongs to the server that wrote it.
+CREATE TABLE snowflake_claims (
+    worker_id integer NOT NULL,
+    system_identifier bigint NOT NULL,
+    timeline bigint NOT NULL,
+    instance bigint NOT NULL,
+    name text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    last_seen timestamptz NOT NULL,
+    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
+);
 
--- The parts of an ID under this server's layout. STABLE: the layout is fixed
--- while the server runs, but a restart with other settings changes it.
-CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record STABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
-
--- The parts of an ID under a named layout (or a custom one that names its
--- epoch). IMMUTABLE: a named layout never changes.
-CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
+-- Written by the claims worker (as the bootstrap superuser) and by
+-- replication; readable by monitoring roles, as the status is.
+REVOKE ALL ON snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */

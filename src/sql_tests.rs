@@ -278,6 +278,7 @@ mod tests {
                 "snowflake_adopt_settings() v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
+                "snowflake_from_text(text,text) i1s",
                 "snowflake_from_timestamp(timestamp with time zone) s1s",
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",
                 "snowflake_layouts() i1s",
@@ -287,6 +288,7 @@ mod tests {
                 "snowflake_status() v0s",
                 "snowflake_timestamp(bigint) s1s",
                 "snowflake_timestamp(bigint,text) i1s",
+                "snowflake_to_text(bigint,text) i1s",
             ]
         );
     }

@@ -89,7 +89,8 @@ impl Encoding {
             return Err(Failure::new(
                 Class::IdOutOfRange,
                 format!("{id} is not a snowflake ID: IDs are never negative"),
-            ));
+            )
+            .hint("Pass an ID from 0 to 9223372036854775807."));
         }
         let base = self.alphabet().len() as u64;
         let mut out = vec![b'0'; self.width()];
