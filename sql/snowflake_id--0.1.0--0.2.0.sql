@@ -80,3 +80,13 @@ CREATE TABLE snowflake_claims (
 -- replication; readable by monitoring roles, as the status is.
 REVOKE ALL ON snowflake_claims FROM PUBLIC;
 GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+
+-- IDs as fixed-width text that sorts like the numbers (base62, Crockford
+-- base32, hex), and back.
+CREATE FUNCTION snowflake_to_text(id bigint, encoding text) RETURNS text
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
+
+CREATE FUNCTION snowflake_from_text(text text, encoding text) RETURNS bigint
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
