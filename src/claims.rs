@@ -23,6 +23,7 @@ use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::claims::{Claim, Claimant, Finding, Observer, REFRESH_MS};
+use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
 use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,6 +78,11 @@ impl SharedText {
         }
         self.len.store(end as u64, Ordering::Relaxed);
         self.seq.store(s + 1, Ordering::Release);
+    }
+
+    /// The failure `Failure::to_text` put here, if any.
+    fn failure(&self) -> Option<Failure> {
+        self.get().and_then(|t| Failure::from_text(&t))
     }
 
     /// The text, or `None` while it is empty (or being written for long).
@@ -141,18 +147,12 @@ pub fn refusal(st: &State) -> Option<Failure> {
     if !st.claims.refused() {
         return None;
     }
-    Some(
-        st.claims
-            .finding
-            .get()
-            .and_then(|t| Failure::from_text(&t))
-            .unwrap_or_else(|| {
-                Failure::new(
-                    Class::NotReady,
-                    "another live server claims this server's worker id",
-                )
-            }),
-    )
+    Some(st.claims.finding.failure().unwrap_or_else(|| {
+        Failure::new(
+            Class::NotReady,
+            "another live server claims this server's worker id",
+        )
+    }))
 }
 
 /// What the claims say short of a refusal: a collision this server goes on
@@ -161,11 +161,7 @@ pub fn warning(st: &State) -> Option<String> {
     if settings::claims_database().is_none() {
         return None;
     }
-    let text = |t: &SharedText| {
-        t.get()
-            .and_then(|t| Failure::from_text(&t))
-            .map(|f| f.message)
-    };
+    let text = |t: &SharedText| t.failure().map(|f| f.message);
     // Trouble first: while claims cannot be read, a finding is dated.
     text(&st.claims.trouble).or_else(|| text(&st.claims.finding)).or_else(|| {
         (st.claims.pid.load(Ordering::Relaxed) == 0).then(|| {
@@ -286,8 +282,8 @@ impl Memory {
         m
     }
 
-    /// Written whole to a new file, then renamed over the old one: a crash
-    /// leaves one or the other.
+    /// Replaced whole (see `replace_file`): a crash leaves the old
+    /// memory or the new one.
     fn write(&self) -> std::io::Result<()> {
         let mut text = format!("instance {}\n", self.instance);
         if let Some(c) = &self.refused_by {
@@ -296,10 +292,7 @@ impl Memory {
                 c.system_identifier, c.timeline, c.worker_id, c.instance
             ));
         }
-        let tmp = Memory::path().with_extension("claims.tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, Memory::path())
+        replace_file(&crate::durable::data_dir(), CLAIMS_FILE, text.as_bytes())
     }
 
     fn save(&self) {
@@ -387,12 +380,11 @@ impl Keeper {
         let (who, name) = me(st, worker_id.unwrap_or(NO_WORKER_ID));
         let (db, mine, previous) = (self.db.clone(), who.clone(), self.previous);
         let claiming = worker_id.is_some();
-        let rows = match in_transaction(move || {
-            write_and_read(claiming.then_some(&mine), previous, &name, &db)
-        }) {
-            Ok(Ok(rows)) => rows,
-            Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
-        };
+        let rows =
+            match in_transaction(move || write_and_read(&mine, claiming, previous, &name, &db)) {
+                Ok(Ok(rows)) => rows,
+                Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
+            };
         self.previous = None;
         self.trouble(st, None);
         let now = now_ms();
@@ -528,9 +520,11 @@ fn in_transaction<R>(
     })
 }
 
-/// Writes this server's claim and reads every claim the table holds.
+/// Writes this server's claim (unless it has no worker id to claim) and
+/// reads every claim the table holds.
 fn write_and_read(
-    who: Option<&Claimant>,
+    who: &Claimant,
+    claiming: bool,
     previous: Option<u64>,
     name: &str,
     db: &str,
@@ -561,14 +555,17 @@ fn write_and_read(
         .unwrap_or_else(|e| pgrx::error!("{e}"));
     if let Some(previous) = previous {
         // This server's rows from before its restart: claims no more.
-        let (sysid, tli) = wal::origin();
         Spi::run_with_args(
             &format!("DELETE FROM {table} WHERE system_identifier = $1 AND timeline = $2 AND instance = $3"),
-            &[(sysid as i64).into(), i64::from(tli).into(), (previous as i64).into()],
+            &[
+                (who.system_identifier as i64).into(),
+                i64::from(who.timeline).into(),
+                (previous as i64).into(),
+            ],
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"));
     }
-    if let Some(who) = who {
+    if claiming {
         claim(&table, who, name);
     }
     read(&table)

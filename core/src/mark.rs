@@ -280,26 +280,29 @@ impl MarkFile {
     }
 
     fn create(&self, rec: &Record) -> io::Result<()> {
-        let tmp = self.dir.join(format!("{FILE_NAME}.tmp"));
         let mut bytes = vec![0u8; 2 * SLOT];
         for slot in [0, SLOT] {
             bytes[slot..slot + RECORD].copy_from_slice(&rec.encode());
         }
-        {
-            let f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
-            f.write_all_at(&bytes, 0)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, self.path())?;
-        sync_dir(&self.dir)
+        replace_file(&self.dir, FILE_NAME, &bytes)
     }
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// Puts `bytes` into `dir/name` whole or not at all, durably: a temporary
+/// file written and fsync'd, renamed over the old one, then the directory
+/// fsync'd so that the rename itself survives a crash.
+pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all_at(bytes, 0)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(name))?;
     File::open(dir)?.sync_all()
 }
 
