@@ -265,6 +265,11 @@ def test_a_split_brain_after_promotion_stops_the_old_primary_where_the_claims_me
         s.start()
         load(p, seconds=1)
         s.wait_for("SELECT count(*) > 0 FROM t", what="the standby did not catch up")
+        # The old primary's first claim can come after the load's rows (its
+        # worker refreshes every 2 s; 2 runs in 12 promoted before it
+        # arrived): a standby promoted then knows nothing of it, which is
+        # not the failover this test is about.
+        s.wait_for("SELECT count(*) = 1 FROM snowflake_claims", what="the old primary's claim did not reach the standby")
         s.promote()
         # A normal failover: the copy of the old primary's claim never
         # changes on the promoted one, so it says nothing.
