@@ -90,3 +90,14 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 CREATE FUNCTION snowflake_from_text(text text, encoding text) RETURNS bigint
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
+
+-- Moves an existing table's key column to snowflake IDs; superusers only.
+CREATE FUNCTION snowflake_convert(
+    tbl regclass,
+    col name DEFAULT 'id',
+    dry_run boolean DEFAULT false,
+    drop_sequence boolean DEFAULT false
+) RETURNS SETOF text
+VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
+REVOKE ALL ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) FROM PUBLIC;

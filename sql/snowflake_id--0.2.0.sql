@@ -64,7 +64,7 @@ CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:660
+-- src/claims.rs:657
 -- Which worker id each server issues IDs under: one row per server (system
 -- identifier), timeline and start (instance, random), kept by the claims
 -- worker of every server whose snowflake_id.claims_database names this
@@ -90,12 +90,26 @@ GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:46
+-- src/lib.rs:47
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/convert.rs:22
+-- snowflake_id::convert::snowflake_convert
+
+CREATE FUNCTION snowflake_convert(
+    tbl regclass,
+    col name DEFAULT 'id',
+    dry_run boolean DEFAULT false,
+    drop_sequence boolean DEFAULT false
+) RETURNS SETOF text
+VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -172,7 +186,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:60
+-- src/lib.rs:61
 -- snowflake_id::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -183,16 +197,19 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:69
+-- src/lib.rs:70
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above
 --   snowflake_status
+--   convert::snowflake_convert
 
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- Both move this server's generation for good, and snowflake_convert
+-- changes other tables' definitions: superusers only (each also checks for
+-- itself, in case a superuser grants EXECUTE by mistake).
 REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) FROM PUBLIC;
 
 -- The status shows the server's identity, its durable mark and its counters:
 -- for monitoring roles, as Postgres does with other sessions' statistics.

@@ -431,7 +431,7 @@ pub fn relog_due(st: &State) -> bool {
         && st.logged_lsn.load(Ordering::Relaxed) <= wal::redo_start()
 }
 
-fn require_superuser(function: &str) -> Result<(), Failure> {
+pub fn require_superuser(function: &str) -> Result<(), Failure> {
     // SAFETY: plain reads of the session's role and recovery state.
     if !unsafe { pg_sys::superuser() } {
         return Err(Failure::new(

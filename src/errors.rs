@@ -17,6 +17,12 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::Io => ERRCODE_IO_ERROR,
         Class::Privilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
         Class::InvalidText => ERRCODE_INVALID_TEXT_REPRESENTATION,
+        Class::UndefinedColumn => ERRCODE_UNDEFINED_COLUMN,
+        Class::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
+        Class::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
+        Class::NotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
+        Class::DependentObjects => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
+        Class::LockNotAvailable => ERRCODE_LOCK_NOT_AVAILABLE,
         Class::Warning => ERRCODE_WARNING,
     }
 }

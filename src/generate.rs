@@ -185,7 +185,7 @@ impl Tally {
 /// The next ID of this server: unique, and greater than every ID this
 /// server issued before, on any backend.
 #[pg_extern(volatile, parallel_safe)]
-fn snowflake_nextval() -> i64 {
+pub fn snowflake_nextval() -> i64 {
     let now = clock::now_ms();
     // Nearly every call: settings checked before, the clock's tick open, the
     // durable mark ahead. Anything else (first call, a setting changed, a

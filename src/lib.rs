@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 
 mod claims;
 mod clock;
+mod convert;
 mod decode;
 mod durable;
 mod errors;
@@ -69,7 +70,12 @@ fn snowflake_resume_above(id: i64) -> String {
 extension_sql_file!(
     "sql/privileges.sql",
     name = "privileges",
-    requires = [snowflake_adopt_settings, snowflake_resume_above, "snowflake_status"]
+    requires = [
+        snowflake_adopt_settings,
+        snowflake_resume_above,
+        "snowflake_status",
+        convert::snowflake_convert
+    ]
 );
 
 #[cfg(any(test, feature = "pg_test"))]

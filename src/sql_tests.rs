@@ -276,6 +276,7 @@ mod tests {
             got,
             [
                 "snowflake_adopt_settings() v1u",
+                "snowflake_convert(regclass,name,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
                 "snowflake_from_text(text,text) i1s",

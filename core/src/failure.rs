@@ -29,6 +29,18 @@ pub enum Class {
     Privilege,
     /// 22P02 invalid_text_representation: text that is not what it claims to be.
     InvalidText,
+    /// 42703 undefined_column.
+    UndefinedColumn,
+    /// 42804 datatype_mismatch: a column of a type that cannot hold IDs.
+    DatatypeMismatch,
+    /// 42809 wrong_object_type: a relation of a kind the function does not take.
+    WrongObjectType,
+    /// 0A000 feature_not_supported: a case we refuse rather than half-handle.
+    NotSupported,
+    /// 2BP01 dependent_objects_still_exist.
+    DependentObjects,
+    /// 55P03 lock_not_available.
+    LockNotAvailable,
     /// 01000 warning: not a failure yet, reported at WARNING level.
     Warning,
 }
@@ -47,11 +59,17 @@ impl Class {
             Class::Io => "58030",
             Class::Privilege => "42501",
             Class::InvalidText => "22P02",
+            Class::UndefinedColumn => "42703",
+            Class::DatatypeMismatch => "42804",
+            Class::WrongObjectType => "42809",
+            Class::NotSupported => "0A000",
+            Class::DependentObjects => "2BP01",
+            Class::LockNotAvailable => "55P03",
             Class::Warning => "01000",
         }
     }
 
-    const ALL: [Class; 11] = [
+    const ALL: [Class; 17] = [
         Class::NotReady,
         Class::InvalidParameter,
         Class::IdOutOfRange,
@@ -62,6 +80,12 @@ impl Class {
         Class::Io,
         Class::Privilege,
         Class::InvalidText,
+        Class::UndefinedColumn,
+        Class::DatatypeMismatch,
+        Class::WrongObjectType,
+        Class::NotSupported,
+        Class::DependentObjects,
+        Class::LockNotAvailable,
         Class::Warning,
     ];
 

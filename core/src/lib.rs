@@ -8,6 +8,7 @@
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
 //! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
+//! - [`convert`]: the DDL that moves a table's key column to snowflake IDs.
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
 //! - [`resume`]: where generation may resume after a start or a crash.
@@ -17,6 +18,7 @@
 
 pub mod claims;
 pub mod config;
+pub mod convert;
 pub mod failure;
 pub mod generator;
 pub mod layout;

@@ -1,0 +1,720 @@
+//! Switching an existing table's key column to snowflake IDs: from what the
+//! shell reads in the catalog, the DDL that does it, in an order Postgres
+//! accepts and with locks taken in an order that cannot deadlock with
+//! inserts.
+//!
+//! Identifiers, literals and view definitions arrive already quoted: the
+//! shell has Postgres quote them (`format('%I')`, `quote_literal`,
+//! `pg_get_viewdef`), so nothing here guesses at SQL's quoting rules.
+
+use crate::failure::{Class, Failure};
+
+/// The integer widths a key column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Width {
+    Small,
+    Int,
+    Big,
+}
+
+impl Width {
+    /// From `format_type` of the column's type; `None` for anything that is
+    /// not a built-in integer.
+    pub fn of(type_name: &str) -> Option<Width> {
+        match type_name {
+            "smallint" => Some(Width::Small),
+            "integer" => Some(Width::Int),
+            "bigint" => Some(Width::Big),
+            _ => None,
+        }
+    }
+}
+
+/// A column, named as SQL text: `table` schema-qualified and quoted,
+/// `column` quoted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    pub table: String,
+    pub column: String,
+    /// `format_type` of its type.
+    pub type_name: String,
+}
+
+impl Column {
+    fn display(&self) -> String {
+        format!("{}.{}", self.table, self.column)
+    }
+
+    fn narrow(&self) -> bool {
+        Width::of(&self.type_name).is_some_and(|w| w < Width::Big)
+    }
+}
+
+/// What fills the column today.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldDefault {
+    /// No default at all.
+    Nothing,
+    /// `DEFAULT nextval(...)`: serial, bigserial, or written by hand.
+    Sequence {
+        /// The sequence, qualified and quoted.
+        sequence: String,
+        /// Other columns whose defaults take from it (not this table's
+        /// partitions or children, whose defaults follow the parent's).
+        shared_with: Vec<String>,
+    },
+    /// `GENERATED ... AS IDENTITY`.
+    Identity,
+    /// Already `snowflake_nextval()`.
+    Snowflake,
+    /// Any other expression, as `pg_get_expr` shows it.
+    Other(String),
+}
+
+/// A column that holds copies of the key through a foreign key, directly
+/// or through another such column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Referencing {
+    pub column: Column,
+    /// 1 for a foreign key to the key itself, 2 for one to such a column...
+    pub depth: u32,
+}
+
+/// One privilege on a view, from `aclexplode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// `SELECT`, `INSERT`...
+    pub privilege: String,
+    /// The quoted column, for a column privilege.
+    pub column: Option<String>,
+    /// A quoted role, or `PUBLIC`.
+    pub grantee: String,
+    pub grantable: bool,
+}
+
+/// A view that depends on a column whose type changes: Postgres refuses to
+/// change it under the view, so the view is dropped and made again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct View {
+    /// Qualified and quoted.
+    pub name: String,
+    pub materialized: bool,
+    /// `pg_get_viewdef`, without its final semicolon.
+    pub definition: String,
+    /// `name = 'value'` each, from the view's reloptions.
+    pub options: Vec<String>,
+    /// Quoted role.
+    pub owner: String,
+    /// `None`: the default privileges (the owner's alone).
+    pub privileges: Option<Vec<Grant>>,
+    pub column_privileges: Vec<Grant>,
+    /// A quoted literal.
+    pub comment: Option<String>,
+    /// (quoted column, quoted literal).
+    pub column_comments: Vec<(String, String)>,
+    /// Names of the views in this set it selects from.
+    pub depends_on: Vec<String>,
+    /// What on it cannot be made again here (its triggers and rules).
+    pub attached: Vec<String>,
+}
+
+/// Everything the plan depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub target: Column,
+    /// `pg_class.relkind`: `r` table, `p` partitioned table.
+    pub relkind: char,
+    pub default: OldDefault,
+    /// A foreign key on the key column itself, described: the column takes
+    /// its values from another table, so it cannot generate them.
+    pub references: Option<String>,
+    pub referencing: Vec<Referencing>,
+    pub views: Vec<View>,
+    /// The call the new default makes, qualified and quoted.
+    pub nextval: String,
+    pub drop_sequence: bool,
+}
+
+/// Refuses what cannot be converted, before anything about views is read.
+pub fn check(f: &Facts) -> Result<(), Failure> {
+    let target = f.target.display();
+    if !matches!(f.relkind, 'r' | 'p') {
+        let kind = match f.relkind {
+            'v' => "a view",
+            'm' => "a materialized view",
+            'f' => "a foreign table",
+            'S' => "a sequence",
+            'i' | 'I' => "an index",
+            'c' => "a composite type",
+            't' => "a TOAST table",
+            _ => "not a table",
+        };
+        return Err(Failure::new(
+            Class::WrongObjectType,
+            format!("{} is {kind}", f.target.table),
+        )
+        .hint("snowflake_convert switches a table's (or a partitioned table's) key column."));
+    }
+    if Width::of(&f.target.type_name).is_none() {
+        return Err(Failure::new(
+            Class::DatatypeMismatch,
+            format!(
+                "column {target} is of type {}, not an integer type",
+                f.target.type_name
+            ),
+        )
+        .detail("Snowflake IDs are bigint; smallint and integer columns are widened to bigint.")
+        .hint("Convert a smallint, integer or bigint key column."));
+    }
+    if let Some(fk) = &f.references {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("column {target} takes its values from another table ({fk})"),
+        )
+        .hint("Convert the column it references; this one is widened with it."));
+    }
+    if let OldDefault::Other(expr) = &f.default {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("column {target} has the default {expr}, which is not a sequence"),
+        )
+        .detail("snowflake_convert replaces serial, bigserial, identity and nextval() defaults.")
+        .hint(format!(
+            "If the column may lose that default, run ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT first.",
+            f.target.table, f.target.column
+        )));
+    }
+    for r in &f.referencing {
+        if Width::of(&r.column.type_name).is_none() {
+            return Err(Failure::new(
+                Class::DatatypeMismatch,
+                format!(
+                    "column {} references {target} but is of type {}",
+                    r.column.display(),
+                    r.column.type_name
+                ),
+            )
+            .hint(
+                "Columns that hold copies of the key must be integers to be widened to bigint.",
+            ));
+        }
+    }
+    if f.drop_sequence {
+        if let OldDefault::Sequence {
+            sequence,
+            shared_with,
+        } = &f.default
+        {
+            if !shared_with.is_empty() {
+                return Err(Failure::new(
+                    Class::DependentObjects,
+                    format!(
+                        "sequence {sequence} cannot be dropped: the default of {} takes from it too",
+                        shared_with.join(", ")
+                    ),
+                )
+                .hint("Run it again with drop_sequence => false, and drop the sequence once nothing uses it."));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The columns whose type changes to bigint: the key, and every column
+/// that holds copies of it, where narrower. Views on these must be made
+/// again.
+pub fn widened(f: &Facts) -> Vec<&Column> {
+    std::iter::once(&f.target)
+        .chain(f.referencing.iter().map(|r| &r.column))
+        .filter(|c| c.narrow())
+        .collect()
+}
+
+/// The statements that convert the column, in the order they must run.
+/// Empty when there is nothing left to do (a second run).
+pub fn plan(f: &Facts) -> Result<Vec<String>, Failure> {
+    check(f)?;
+    let widened = widened(f);
+    let new_default = f.default != OldDefault::Snowflake;
+    if widened.is_empty() && !new_default {
+        return Ok(Vec::new());
+    }
+    if let Some(v) = f.views.iter().find(|v| v.materialized) {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!(
+                "materialized view {} depends on a column that must become bigint",
+                v.name
+            ),
+        )
+        .detail("A materialized view is not made again here: its data, indexes and refresh schedule are yours.")
+        .hint("Drop it, run snowflake_convert, and create it again."));
+    }
+    if let Some(v) = f.views.iter().find(|v| !v.attached.is_empty()) {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!(
+                "view {} depends on a column that must become bigint and has {}",
+                v.name,
+                v.attached.join(", ")
+            ),
+        )
+        .detail("Views are dropped and made again around the type change; triggers and rules on them are not made again here.")
+        .hint("Drop the view, run snowflake_convert, and create the view and what is on it again."));
+    }
+    let views = creation_order(&f.views);
+    let mut sql = vec![lock(f)];
+    for v in views.iter().rev() {
+        sql.push(format!("DROP VIEW {}", v.name));
+    }
+    if f.default == OldDefault::Identity {
+        sql.push(format!(
+            "ALTER TABLE {} ALTER COLUMN {} DROP IDENTITY",
+            f.target.table, f.target.column
+        ));
+    }
+    // One ALTER per table: one rewrite of it, however many columns widen.
+    let mut tables: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in &widened {
+        match tables.iter_mut().find(|(t, _)| *t == c.table) {
+            Some((_, cols)) => cols.push(&c.column),
+            None => tables.push((&c.table, vec![&c.column])),
+        }
+    }
+    for (table, cols) in tables {
+        let alters: Vec<String> = cols
+            .iter()
+            .map(|c| format!("ALTER COLUMN {c} TYPE bigint"))
+            .collect();
+        sql.push(format!("ALTER TABLE {table} {}", alters.join(", ")));
+    }
+    if new_default {
+        sql.push(format!(
+            "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
+            f.target.table, f.target.column, f.nextval
+        ));
+    }
+    if let (true, OldDefault::Sequence { sequence, .. }) = (f.drop_sequence, &f.default) {
+        sql.push(format!("DROP SEQUENCE {sequence}"));
+    }
+    for v in views {
+        recreate(v, &mut sql);
+    }
+    Ok(sql.into_iter().map(|s| s + ";").collect())
+}
+
+/// Tables that hold copies of the key are locked before the table itself,
+/// deepest first: an insert there holds its own table and then waits for
+/// the key's table (its foreign-key check), so taking them in the other
+/// order would deadlock with it.
+fn lock(f: &Facts) -> String {
+    let mut refs: Vec<&Referencing> = f.referencing.iter().collect();
+    refs.sort_by(|a, b| b.depth.cmp(&a.depth));
+    let mut tables: Vec<&str> = Vec::new();
+    for r in refs {
+        let t = r.column.table.as_str();
+        if t != f.target.table && !tables.contains(&t) {
+            tables.push(t);
+        }
+    }
+    tables.push(&f.target.table);
+    format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", tables.join(", "))
+}
+
+/// The views, each after every view it selects from.
+fn creation_order(views: &[View]) -> Vec<&View> {
+    fn visit<'a>(v: &'a View, all: &'a [View], out: &mut Vec<&'a View>, seen: &mut Vec<&'a str>) {
+        if seen.contains(&v.name.as_str()) {
+            return;
+        }
+        seen.push(&v.name);
+        for d in &v.depends_on {
+            if let Some(dep) = all.iter().find(|w| &w.name == d) {
+                visit(dep, all, out, seen);
+            }
+        }
+        out.push(v);
+    }
+    let (mut out, mut seen) = (Vec::new(), Vec::new());
+    for v in views {
+        visit(v, views, &mut out, &mut seen);
+    }
+    out
+}
+
+fn recreate(v: &View, sql: &mut Vec<String>) {
+    let with = if v.options.is_empty() {
+        String::new()
+    } else {
+        format!(" WITH ({})", v.options.join(", "))
+    };
+    sql.push(format!("CREATE VIEW {}{with} AS {}", v.name, v.definition));
+    sql.push(format!("ALTER VIEW {} OWNER TO {}", v.name, v.owner));
+    if let Some(grants) = &v.privileges {
+        // Explicit privileges replace the owner's defaults, so start from none.
+        sql.push(format!("REVOKE ALL ON {} FROM PUBLIC, {}", v.name, v.owner));
+        grant(&v.name, grants, sql);
+    }
+    grant(&v.name, &v.column_privileges, sql);
+    if let Some(c) = &v.comment {
+        sql.push(format!("COMMENT ON VIEW {} IS {c}", v.name));
+    }
+    for (col, c) in &v.column_comments {
+        sql.push(format!("COMMENT ON COLUMN {}.{col} IS {c}", v.name));
+    }
+}
+
+/// One GRANT per grantee (and grant option), in the order first seen.
+fn grant(on: &str, grants: &[Grant], sql: &mut Vec<String>) {
+    let mut groups: Vec<(&str, bool, Vec<String>)> = Vec::new();
+    for g in grants {
+        let privilege = match &g.column {
+            Some(c) => format!("{} ({c})", g.privilege),
+            None => g.privilege.clone(),
+        };
+        match groups
+            .iter_mut()
+            .find(|(who, option, _)| *who == g.grantee && *option == g.grantable)
+        {
+            Some((_, _, list)) => list.push(privilege),
+            None => groups.push((&g.grantee, g.grantable, vec![privilege])),
+        }
+    }
+    for (who, option, list) in groups {
+        let option = if option { " WITH GRANT OPTION" } else { "" };
+        sql.push(format!(
+            "GRANT {} ON {on} TO {who}{option}",
+            list.join(", ")
+        ));
+    }
+}
+
+/// New IDs must sort after every key already there: a key's order is its
+/// age in snowflake tables, and an index scan for "the latest" must find
+/// new rows last. `next` is an ID just issued on this server, so every
+/// later one is greater.
+pub fn check_above(target: &Column, largest: Option<i64>, next: i64) -> Result<(), Failure> {
+    match largest {
+        Some(max) if max >= next => Err(Failure::new(
+            Class::NotReady,
+            format!(
+                "new IDs for {} would not be greater than its existing values: the largest is {max}, and this server's next ID is {next}",
+                target.display()
+            ),
+        )
+        .detail("A snowflake ID is made of the time and the worker id in this server's layout; with this layout, IDs issued now are smaller than the keys already there.")
+        .hint(format!(
+            "If the largest key is only a little ahead, SELECT snowflake_resume_above({max}); moves this server's IDs above it; otherwise choose a layout whose IDs are larger now (snowflake_id.layout), or keep the sequence."
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(table: &str, column: &str, type_name: &str) -> Column {
+        Column {
+            table: table.into(),
+            column: column.into(),
+            type_name: type_name.into(),
+        }
+    }
+
+    fn serial() -> Facts {
+        Facts {
+            target: col("public.orders", "id", "integer"),
+            relkind: 'r',
+            default: OldDefault::Sequence {
+                sequence: "public.orders_id_seq".into(),
+                shared_with: vec![],
+            },
+            references: None,
+            referencing: vec![],
+            views: vec![],
+            nextval: "public.snowflake_nextval()".into(),
+            drop_sequence: false,
+        }
+    }
+
+    fn referencing(table: &str, column: &str, type_name: &str, depth: u32) -> Referencing {
+        Referencing {
+            column: col(table, column, type_name),
+            depth,
+        }
+    }
+
+    #[test]
+    fn a_serial_column_is_widened_and_given_the_new_default() {
+        assert_eq!(
+            plan(&serial()).unwrap(),
+            [
+                "LOCK TABLE public.orders IN ACCESS EXCLUSIVE MODE;",
+                "ALTER TABLE public.orders ALTER COLUMN id TYPE bigint;",
+                "ALTER TABLE public.orders ALTER COLUMN id SET DEFAULT public.snowflake_nextval();",
+            ]
+        );
+        let f = Facts {
+            drop_sequence: true,
+            ..serial()
+        };
+        assert_eq!(
+            plan(&f).unwrap().last().unwrap(),
+            "DROP SEQUENCE public.orders_id_seq;"
+        );
+    }
+
+    #[test]
+    fn an_identity_is_dropped_before_the_type_changes() {
+        let f = Facts {
+            default: OldDefault::Identity,
+            target: col("s.t", "\"Key\"", "bigint"),
+            ..serial()
+        };
+        assert_eq!(
+            plan(&f).unwrap(),
+            [
+                "LOCK TABLE s.t IN ACCESS EXCLUSIVE MODE;",
+                "ALTER TABLE s.t ALTER COLUMN \"Key\" DROP IDENTITY;",
+                "ALTER TABLE s.t ALTER COLUMN \"Key\" SET DEFAULT public.snowflake_nextval();",
+            ]
+        );
+    }
+
+    #[test]
+    fn foreign_keys_are_widened_and_their_tables_locked_first_deepest_first() {
+        let f = Facts {
+            referencing: vec![
+                referencing("public.items", "order_id", "integer", 1),
+                referencing("public.orders", "parent_id", "integer", 1),
+                referencing("public.notes", "item_order_id", "smallint", 2),
+                referencing("public.audit", "order_id", "bigint", 1),
+                referencing("public.items", "first_order_id", "integer", 1),
+            ],
+            ..serial()
+        };
+        let sql = plan(&f).unwrap();
+        assert_eq!(
+            sql[0],
+            "LOCK TABLE public.notes, public.items, public.audit, public.orders IN ACCESS EXCLUSIVE MODE;"
+        );
+        assert_eq!(
+            &sql[1..4],
+            [
+                "ALTER TABLE public.orders ALTER COLUMN id TYPE bigint, ALTER COLUMN parent_id TYPE bigint;",
+                "ALTER TABLE public.items ALTER COLUMN order_id TYPE bigint, ALTER COLUMN first_order_id TYPE bigint;",
+                "ALTER TABLE public.notes ALTER COLUMN item_order_id TYPE bigint;",
+            ]
+        );
+        assert!(!sql.iter().any(|s| s.contains("audit ALTER")), "{sql:?}");
+    }
+
+    #[test]
+    fn a_second_run_has_nothing_to_do_but_mends_what_is_still_narrow() {
+        let done = Facts {
+            target: col("public.orders", "id", "bigint"),
+            default: OldDefault::Snowflake,
+            ..serial()
+        };
+        assert_eq!(plan(&done).unwrap(), Vec::<String>::new());
+        let f = Facts {
+            referencing: vec![referencing("public.items", "order_id", "integer", 1)],
+            ..done
+        };
+        assert_eq!(
+            plan(&f).unwrap()[1..],
+            ["ALTER TABLE public.items ALTER COLUMN order_id TYPE bigint;"]
+        );
+    }
+
+    fn view(name: &str, depends_on: &[&str]) -> View {
+        View {
+            name: name.into(),
+            definition: format!(" SELECT id FROM public.orders /* {name} */"),
+            owner: "app".into(),
+            depends_on: depends_on.iter().map(|s| s.to_string()).collect(),
+            ..View::default()
+        }
+    }
+
+    #[test]
+    fn views_are_dropped_dependents_first_and_made_again_in_the_other_order() {
+        let mut top = view("public.top", &["public.mid", "public.base"]);
+        top.options = vec!["security_barrier = 'true'".into()];
+        let on_table = |privilege: &str, grantee: &str, grantable: bool| Grant {
+            privilege: privilege.into(),
+            column: None,
+            grantee: grantee.into(),
+            grantable,
+        };
+        top.privileges = Some(vec![
+            on_table("SELECT", "PUBLIC", false),
+            on_table("SELECT", "app", true),
+            on_table("INSERT", "PUBLIC", false),
+        ]);
+        let on_id = |privilege: &str| Grant {
+            privilege: privilege.into(),
+            column: Some("id".into()),
+            grantee: "\"Writer\"".into(),
+            grantable: false,
+        };
+        top.column_privileges = vec![on_id("UPDATE"), on_id("SELECT")];
+        top.comment = Some("'the top'".into());
+        top.column_comments = vec![("id".into(), "'the key'".into())];
+        let f = Facts {
+            views: vec![
+                top,
+                view("public.mid", &["public.base"]),
+                view("public.base", &[]),
+            ],
+            ..serial()
+        };
+        let sql = plan(&f).unwrap();
+        let drops: Vec<&String> = sql.iter().filter(|s| s.starts_with("DROP VIEW")).collect();
+        assert_eq!(
+            drops,
+            [
+                "DROP VIEW public.top;",
+                "DROP VIEW public.mid;",
+                "DROP VIEW public.base;"
+            ]
+        );
+        let creates: Vec<&String> = sql
+            .iter()
+            .filter(|s| s.starts_with("CREATE VIEW"))
+            .collect();
+        assert!(
+            creates[0].starts_with("CREATE VIEW public.base AS  SELECT"),
+            "{creates:?}"
+        );
+        assert!(creates[1].starts_with("CREATE VIEW public.mid AS"));
+        assert!(
+            creates[2].starts_with("CREATE VIEW public.top WITH (security_barrier = 'true') AS")
+        );
+        let alter = sql.iter().position(|s| s.contains("TYPE bigint")).unwrap();
+        assert!(
+            sql.iter()
+                .position(|s| s.starts_with("DROP VIEW public.base"))
+                .unwrap()
+                < alter
+        );
+        assert!(
+            sql.iter()
+                .position(|s| s.starts_with("CREATE VIEW public.base"))
+                .unwrap()
+                > alter
+        );
+        let top_end: Vec<&str> = sql
+            .iter()
+            .skip_while(|s| !s.starts_with("CREATE VIEW public.top"))
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(
+            top_end[1..],
+            [
+                "ALTER VIEW public.top OWNER TO app;",
+                "REVOKE ALL ON public.top FROM PUBLIC, app;",
+                "GRANT SELECT, INSERT ON public.top TO PUBLIC;",
+                "GRANT SELECT ON public.top TO app WITH GRANT OPTION;",
+                "GRANT UPDATE (id), SELECT (id) ON public.top TO \"Writer\";",
+                "COMMENT ON VIEW public.top IS 'the top';",
+                "COMMENT ON COLUMN public.top.id IS 'the key';",
+            ]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_converted_is_refused_with_the_reason() {
+        let refused = |f: Facts, class: Class, words: &str| {
+            let e = plan(&f).unwrap_err();
+            assert_eq!(e.class, class, "{e}");
+            assert!(e.message.contains(words), "{e}");
+            assert!(e.hint.is_some(), "{e}");
+        };
+        refused(
+            Facts {
+                relkind: 'v',
+                ..serial()
+            },
+            Class::WrongObjectType,
+            "is a view",
+        );
+        refused(
+            Facts {
+                target: col("public.orders", "id", "uuid"),
+                ..serial()
+            },
+            Class::DatatypeMismatch,
+            "of type uuid",
+        );
+        refused(
+            Facts {
+                default: OldDefault::Other("(random() * 1000)::integer".into()),
+                ..serial()
+            },
+            Class::NotSupported,
+            "not a sequence",
+        );
+        refused(
+            Facts {
+                references: Some("constraint orders_id_fkey to public.parents".into()),
+                ..serial()
+            },
+            Class::NotSupported,
+            "takes its values from another table",
+        );
+        refused(
+            Facts {
+                default: OldDefault::Sequence {
+                    sequence: "public.shared".into(),
+                    shared_with: vec!["public.other.id".into()],
+                },
+                drop_sequence: true,
+                ..serial()
+            },
+            Class::DependentObjects,
+            "public.other.id",
+        );
+        let mut m = view("public.mv", &[]);
+        m.materialized = true;
+        refused(
+            Facts {
+                views: vec![m],
+                ..serial()
+            },
+            Class::NotSupported,
+            "materialized view public.mv",
+        );
+        let mut t = view("public.v", &[]);
+        t.attached = vec!["trigger v_insert".into()];
+        refused(
+            Facts {
+                views: vec![t],
+                ..serial()
+            },
+            Class::NotSupported,
+            "trigger v_insert",
+        );
+        // A shared sequence is fine while it stays.
+        let shared = Facts {
+            default: OldDefault::Sequence {
+                sequence: "public.shared".into(),
+                shared_with: vec!["public.other.id".into()],
+            },
+            ..serial()
+        };
+        assert!(plan(&shared).is_ok());
+    }
+
+    #[test]
+    fn new_ids_must_sort_after_the_existing_keys() {
+        let c = col("public.orders", "id", "bigint");
+        assert!(check_above(&c, None, 5).is_ok());
+        assert!(check_above(&c, Some(4), 5).is_ok());
+        let e = check_above(&c, Some(5), 5).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(e.message.contains("the largest is 5"), "{e}");
+        assert!(e.hint.unwrap().contains("snowflake_resume_above(5)"));
+    }
+}

@@ -1,0 +1,529 @@
+//! snowflake_convert: reads the catalog into the facts the core plans from,
+//! checks that new IDs sort after the old keys, and runs the plan (or only
+//! shows it).
+
+use std::ffi::CStr;
+
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::spi::{SpiClient, SpiResult};
+use snowflake_id_core::convert::{self, Column, Facts, Grant, OldDefault, Referencing, View};
+use snowflake_id_core::{Class, Failure};
+
+use crate::errors::{raise, OrRaise};
+
+/// Switches a table's key column (serial, bigserial, identity or a
+/// `DEFAULT nextval(...)`) to `DEFAULT snowflake_nextval()` in the calling
+/// transaction: integer columns become bigint together with every column
+/// that references them, identity is dropped, dependent views are made
+/// again, existing rows keep their keys. Returns the statements it ran, or
+/// with `dry_run` would run. Superuser only. VOLATILE and PARALLEL UNSAFE:
+/// it changes the schema.
+#[pg_extern(
+    volatile,
+    strict,
+    parallel_unsafe,
+    sql = r#"
+CREATE FUNCTION snowflake_convert(
+    tbl regclass,
+    col name DEFAULT 'id',
+    dry_run boolean DEFAULT false,
+    drop_sequence boolean DEFAULT false
+) RETURNS SETOF text
+VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
+"#
+)]
+fn snowflake_convert(
+    tbl: pg_sys::Oid,
+    col: &CStr,
+    dry_run: bool,
+    drop_sequence: bool,
+) -> SetOfIterator<'static, String> {
+    crate::durable::require_superuser("snowflake_convert()").or_raise();
+    let col = col.to_str().unwrap_or_else(|_| {
+        raise(Failure::new(
+            Class::UndefinedColumn,
+            "the column name is not valid UTF-8",
+        ))
+    });
+    let facts = || read_facts(tbl, col, drop_sequence).or_raise();
+    let mut plan = convert::plan(&facts()).or_raise();
+    if plan.is_empty() {
+        return SetOfIterator::new(plan);
+    }
+    if !dry_run {
+        // Locked before the check and the final reading, so no insert gets
+        // in between: the plan is made again from what the lock holds.
+        lock_keeping_timeout(&plan[0]);
+    }
+    let facts = facts();
+    plan = convert::plan(&facts).or_raise();
+    if plan.is_empty() {
+        return SetOfIterator::new(plan);
+    }
+    let largest = Spi::get_one::<i64>(&format!(
+        "SELECT max({})::bigint FROM {}",
+        facts.target.column, facts.target.table
+    ))
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    let next = crate::generate::snowflake_nextval();
+    convert::check_above(&facts.target, largest, next).or_raise();
+    if !dry_run {
+        lock_keeping_timeout(&plan[0]);
+        plan[1..].iter().for_each(|s| run(s));
+    }
+    SetOfIterator::new(plan)
+}
+
+fn run(statement: &str) {
+    Spi::run(statement).unwrap_or_else(|e| pgrx::error!("{e}: {statement}"));
+}
+
+/// Runs the plan's LOCK statement without ever waiting long while holding
+/// part of its locks. Whatever order the tables are locked in, some
+/// application transaction can hold one of them and wait for another (an
+/// order inserted, then its lines, in one transaction); waiting there would
+/// end in a deadlock error for someone. So each attempt waits at most half
+/// of `deadlock_timeout` (well before Postgres looks for deadlocks), gives
+/// back what it got, and tries again, until the session's own
+/// `lock_timeout` (if any) is spent.
+fn lock(statement: &str) {
+    // SAFETY: plain reads of this backend's settings.
+    let (deadlock_ms, budget_ms) = unsafe { (pg_sys::DeadlockTimeout, pg_sys::LockTimeout) };
+    let attempt_ms = (deadlock_ms / 2).clamp(10, 200);
+    let start = std::time::Instant::now();
+    loop {
+        if try_lock(statement, attempt_ms) {
+            return;
+        }
+        if budget_ms > 0 && start.elapsed().as_millis() >= budget_ms as u128 {
+            raise(
+                Failure::new(
+                    Class::LockNotAvailable,
+                    format!("could not lock the tables to convert within lock_timeout ({budget_ms} ms)"),
+                )
+                .detail(statement.to_string())
+                .hint("Run it again when fewer transactions hold these tables, or with a longer lock_timeout (0 waits until it gets them)."),
+            );
+        }
+        // SAFETY: a short sleep.
+        unsafe { pg_sys::pg_usleep(10_000) };
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// One attempt in a subtransaction, which gives the locks back if it fails.
+fn try_lock(statement: &str, wait_ms: i32) -> bool {
+    // SAFETY: the subtransaction pattern of PL/pgSQL's exception blocks:
+    // begun here, and released or rolled back on every path below, with the
+    // memory context and resource owner put back.
+    unsafe {
+        let (context, owner) = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let locked = PgTryBuilder::new(|| {
+            // Gone with the subtransaction if it fails; put back below if not.
+            run(&format!("SET LOCAL lock_timeout = {wait_ms}"));
+            run(statement);
+            true
+        })
+        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| false)
+        .execute();
+        if locked {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        locked
+    }
+}
+
+/// `lock` with the session's own lock_timeout in force again afterwards
+/// (a released subtransaction hands its SET LOCAL on to the transaction).
+fn lock_keeping_timeout(statement: &str) {
+    let old = Spi::get_one::<String>("SELECT current_setting('lock_timeout')")
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+        .unwrap_or_default();
+    lock(statement);
+    Spi::run_with_args("SELECT set_config('lock_timeout', $1, true)", &[old.into()])
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+}
+
+fn args<'a>(values: impl IntoIterator<Item = DatumWithOid<'a>>) -> Vec<DatumWithOid<'a>> {
+    values.into_iter().collect()
+}
+
+/// A column found by name in a table, with what is needed to follow it.
+struct Found {
+    relid: pg_sys::Oid,
+    name: String,
+    column: Column,
+}
+
+fn read_facts(tbl: pg_sys::Oid, col: &str, drop_sequence: bool) -> Result<Facts, Failure> {
+    Spi::connect(|c| facts_with(c, tbl, col, drop_sequence))
+}
+
+fn spi<T>(r: SpiResult<T>) -> T {
+    r.unwrap_or_else(|e| pgrx::error!("{e}"))
+}
+
+fn facts_with(
+    c: &SpiClient<'_>,
+    tbl: pg_sys::Oid,
+    col: &str,
+    drop_sequence: bool,
+) -> Result<Facts, Failure> {
+    let rows = spi(c.select(
+        "SELECT c.relkind::text, format('%I.%I', n.nspname, c.relname), a.attnum, quote_ident(a.attname), \
+                format_type(a.atttypid, a.atttypmod), a.attidentity::text, ad.oid, pg_get_expr(ad.adbin, ad.adrelid) \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2::name AND a.attnum > 0 AND NOT a.attisdropped \
+         LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum \
+         WHERE c.oid = $1",
+        None,
+        &args([tbl.into(), col.into()]),
+    ));
+    let Some(row) = rows.into_iter().next() else {
+        return Err(Failure::new(
+            Class::WrongObjectType,
+            format!("no relation has the OID {}", tbl.to_u32()),
+        )
+        .hint("Name the table: snowflake_convert('orders')."));
+    };
+    let relkind: String = spi(row.get(1)).unwrap_or_default();
+    let table: String = spi(row.get(2)).unwrap_or_default();
+    let Some(attnum) = spi(row.get::<i16>(3)) else {
+        return Err(Failure::new(
+            Class::UndefinedColumn,
+            format!("column \"{col}\" of {table} does not exist"),
+        )
+        .hint("Name the key column: snowflake_convert('orders', 'order_id')."));
+    };
+    let target = Column {
+        table,
+        column: spi(row.get(4)).unwrap_or_default(),
+        type_name: spi(row.get(5)).unwrap_or_default(),
+    };
+    let identity: String = spi(row.get(6)).unwrap_or_default();
+    let attrdef: Option<pg_sys::Oid> = spi(row.get(7));
+    let expr: Option<String> = spi(row.get(8));
+    let (nextval, nextval_oid) = snowflake_nextval(c);
+    let default = if !identity.is_empty() {
+        OldDefault::Identity
+    } else if let (Some(def), Some(expr)) = (attrdef, expr) {
+        old_default(c, tbl, col, def, expr, nextval_oid)
+    } else {
+        OldDefault::Nothing
+    };
+    let references: Option<String> = strings_with(
+        c,
+        "SELECT format('constraint %I to %s', conname, confrelid::regclass) FROM pg_constraint \
+         WHERE contype = 'f' AND conrelid = $1 AND $2::int2 = ANY(conkey) ORDER BY conname LIMIT 1",
+        args([tbl.into(), attnum.into()]),
+    )
+    .into_iter()
+    .next();
+    let start = Found {
+        relid: tbl,
+        name: col.to_string(),
+        column: target.clone(),
+    };
+    let (referencing, found) = referencing(c, start);
+    let mut facts = Facts {
+        target,
+        relkind: relkind.chars().next().unwrap_or('?'),
+        default,
+        references,
+        referencing,
+        views: Vec::new(),
+        nextval,
+        drop_sequence,
+    };
+    convert::check(&facts)?;
+    let widened: Vec<&Found> = convert::widened(&facts)
+        .into_iter()
+        .filter_map(|w| found.iter().find(|f| &f.column == w))
+        .collect();
+    facts.views = views(c, &widened);
+    Ok(facts)
+}
+
+/// The extension's own `snowflake_nextval()`: the call a default makes
+/// (qualified, so it does not depend on the search_path) and its OID.
+fn snowflake_nextval(c: &SpiClient<'_>) -> (String, Option<pg_sys::Oid>) {
+    let rows = spi(c.select(
+        "SELECT format('%I.%I()', n.nspname, p.proname), p.oid FROM pg_proc p \
+         JOIN pg_namespace n ON n.oid = p.pronamespace \
+         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
+         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id' \
+         WHERE p.proname = 'snowflake_nextval' AND p.pronargs = 0",
+        None,
+        &[],
+    ));
+    match rows.into_iter().next() {
+        Some(r) => (spi(r.get(1)).unwrap_or_default(), spi(r.get(2))),
+        None => ("snowflake_nextval()".into(), None),
+    }
+}
+
+fn old_default(
+    c: &SpiClient<'_>,
+    tbl: pg_sys::Oid,
+    col: &str,
+    attrdef: pg_sys::Oid,
+    expr: String,
+    nextval: Option<pg_sys::Oid>,
+) -> OldDefault {
+    let depends_on = |class: &str| -> Vec<(Option<String>, Option<pg_sys::Oid>)> {
+        let q = format!(
+            "SELECT CASE WHEN d.refclassid = 'pg_class'::regclass THEN \
+                (SELECT format('%I.%I', n.nspname, s.relname) FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace \
+                 WHERE s.oid = d.refobjid AND s.relkind = 'S') END, d.refobjid \
+             FROM pg_depend d WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = $1 AND d.refclassid = '{class}'::regclass"
+        );
+        spi(c.select(&q, None, &args([attrdef.into()])))
+            .map(|r| (spi(r.get(1)), spi(r.get(2))))
+            .collect()
+    };
+    if nextval.is_some() && depends_on("pg_proc").iter().any(|(_, f)| *f == nextval) {
+        return OldDefault::Snowflake;
+    }
+    if !expr.starts_with("nextval(") {
+        return OldDefault::Other(expr);
+    }
+    let Some((Some(sequence), Some(seq))) = depends_on("pg_class")
+        .into_iter()
+        .find(|(name, _)| name.is_some())
+    else {
+        return OldDefault::Other(expr);
+    };
+    // The defaults of this table's partitions and children follow the
+    // parent's; any other default that takes from the sequence keeps it alive.
+    let shared_with = spi(c.select(
+        "WITH RECURSIVE tree(relid) AS (SELECT $2::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) \
+         SELECT format('%I.%I.%I', n.nspname, r.relname, a.attname) \
+         FROM pg_depend d JOIN pg_attrdef ad ON d.classid = 'pg_attrdef'::regclass AND ad.oid = d.objid \
+         JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
+         JOIN pg_class r ON r.oid = ad.adrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+         WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = $1 \
+           AND NOT (ad.adrelid IN (SELECT relid FROM tree) AND a.attname = $3::name) \
+         ORDER BY 1",
+        None,
+        &args([seq.into(), tbl.into(), col.into()]),
+    ))
+    .filter_map(|r| spi(r.get::<String>(1)))
+    .collect();
+    OldDefault::Sequence {
+        sequence,
+        shared_with,
+    }
+}
+
+/// Every column that holds copies of the key through foreign keys, however
+/// many hops away, and what was found of each (the key first). Foreign keys
+/// to a partition or child of a table count too; those made by Postgres on
+/// partitions for their parent's foreign key do not (the parent's stands
+/// for them).
+fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>) {
+    let mut found = vec![start];
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut depth_of = vec![0u32];
+    while i < found.len() {
+        let (relid, name, depth) = (found[i].relid, found[i].name.clone(), depth_of[i]);
+        let rows = spi(c.select(
+            "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid), \
+             keys AS (SELECT t.relid, a.attnum FROM tree t JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name) \
+             SELECT DISTINCT k.conrelid, a.attname::text, format('%I.%I', n.nspname, r.relname), format('%I', a.attname), \
+                    format_type(a.atttypid, a.atttypmod) \
+             FROM keys JOIN pg_constraint k ON k.contype = 'f' AND k.confrelid = keys.relid AND keys.attnum = ANY(k.confkey) AND k.conparentid = 0 \
+             JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[array_position(k.confkey, keys.attnum)] \
+             JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+             ORDER BY 3, 4",
+            None,
+            &args([relid.into(), name.into()]),
+        ));
+        for r in rows {
+            let f = Found {
+                relid: spi(r.get(1)).unwrap_or(pg_sys::InvalidOid),
+                name: spi(r.get(2)).unwrap_or_default(),
+                column: Column {
+                    table: spi(r.get(3)).unwrap_or_default(),
+                    column: spi(r.get(4)).unwrap_or_default(),
+                    type_name: spi(r.get(5)).unwrap_or_default(),
+                },
+            };
+            if found.iter().any(|g| g.relid == f.relid && g.name == f.name) {
+                continue;
+            }
+            out.push(Referencing {
+                column: f.column.clone(),
+                depth: depth + 1,
+            });
+            found.push(f);
+            depth_of.push(depth + 1);
+        }
+        i += 1;
+    }
+    (out, found)
+}
+
+/// The views (plain or materialized) that select the widened columns, of
+/// the tables or their partitions, and the views on those views.
+fn views(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<View> {
+    let mut oids: Vec<pg_sys::Oid> = Vec::new();
+    let mut edges: Vec<(pg_sys::Oid, pg_sys::Oid)> = Vec::new();
+    for w in widened {
+        let rows = spi(c.select(
+            "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) \
+             SELECT DISTINCT w.ev_class FROM tree t \
+             JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name \
+             JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+                              AND d.refobjid = t.relid AND d.refobjsubid = a.attnum \
+             JOIN pg_rewrite w ON w.oid = d.objid \
+             JOIN pg_class v ON v.oid = w.ev_class AND v.relkind IN ('v', 'm') \
+             ORDER BY 1",
+            None,
+            &args([w.relid.into(), w.name.clone().into()]),
+        ));
+        for r in rows {
+            let v: pg_sys::Oid = spi(r.get(1)).unwrap_or(pg_sys::InvalidOid);
+            if !oids.contains(&v) {
+                oids.push(v);
+            }
+        }
+    }
+    let mut i = 0;
+    while i < oids.len() {
+        let rows = spi(c.select(
+            "SELECT DISTINCT w.ev_class FROM pg_depend d JOIN pg_rewrite w ON w.oid = d.objid \
+             JOIN pg_class v ON v.oid = w.ev_class AND v.relkind IN ('v', 'm') \
+             WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
+               AND d.refobjid = $1 AND w.ev_class <> $1 ORDER BY 1",
+            None,
+            &args([oids[i].into()]),
+        ));
+        for r in rows {
+            let v: pg_sys::Oid = spi(r.get(1)).unwrap_or(pg_sys::InvalidOid);
+            edges.push((v, oids[i]));
+            if !oids.contains(&v) {
+                oids.push(v);
+            }
+        }
+        i += 1;
+    }
+    let names: Vec<View> = oids.iter().map(|&v| view(c, v)).collect();
+    names
+        .iter()
+        .zip(&oids)
+        .map(|(v, &oid)| View {
+            depends_on: edges
+                .iter()
+                .filter(|(from, _)| *from == oid)
+                .filter_map(|(_, to)| oids.iter().position(|o| o == to))
+                .map(|k| names[k].name.clone())
+                .collect(),
+            ..v.clone()
+        })
+        .collect()
+}
+
+fn strings(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<String> {
+    strings_with(c, query, args([oid.into()]))
+}
+
+/// The first column of every row, NULLs left out.
+fn strings_with(c: &SpiClient<'_>, query: &str, args: Vec<DatumWithOid<'_>>) -> Vec<String> {
+    spi(c.select(query, None, &args))
+        .filter_map(|r| spi(r.get::<String>(1)))
+        .collect()
+}
+
+fn grants(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<Grant> {
+    spi(c.select(query, None, &args([oid.into()])))
+        .map(|r| Grant {
+            privilege: spi(r.get(1)).unwrap_or_default(),
+            column: spi(r.get(2)),
+            grantee: spi(r.get(3)).unwrap_or_default(),
+            grantable: spi(r.get(4)).unwrap_or(false),
+        })
+        .collect()
+}
+
+const GRANTEE: &str =
+    "CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END";
+
+/// What it takes to make the view again as it was.
+fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
+    let row = spi(c.select(
+        "SELECT format('%I.%I', n.nspname, c.relname), c.relkind = 'm', pg_get_viewdef(c.oid), \
+                quote_ident(pg_get_userbyid(c.relowner)), c.relacl IS NOT NULL, \
+                quote_literal(obj_description(c.oid, 'pg_class')) \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
+        None,
+        &args([oid.into()]),
+    ))
+    .first();
+    let definition: String = spi(row.get(3)).unwrap_or_default();
+    let explicit: bool = spi(row.get(5)).unwrap_or(false);
+    View {
+        name: spi(row.get(1)).unwrap_or_default(),
+        materialized: spi(row.get(2)).unwrap_or(false),
+        definition: definition.trim_end().trim_end_matches(';').to_string(),
+        options: strings(
+            c,
+            "SELECT format('%s = %L', split_part(o, '=', 1), substr(o, strpos(o, '=') + 1)) \
+             FROM pg_class c, unnest(c.reloptions) o WHERE c.oid = $1",
+            oid,
+        ),
+        owner: spi(row.get(4)).unwrap_or_default(),
+        privileges: explicit.then(|| {
+            grants(
+                c,
+                &format!(
+                    "SELECT x.privilege_type, NULL::text, {GRANTEE}, x.is_grantable \
+                     FROM pg_class c, aclexplode(c.relacl) x WHERE c.oid = $1"
+                ),
+                oid,
+            )
+        }),
+        column_privileges: grants(
+            c,
+            &format!(
+                "SELECT x.privilege_type, quote_ident(a.attname), {GRANTEE}, x.is_grantable \
+                 FROM pg_attribute a, aclexplode(a.attacl) x \
+                 WHERE a.attrelid = $1 AND a.attacl IS NOT NULL AND NOT a.attisdropped ORDER BY a.attnum"
+            ),
+            oid,
+        ),
+        comment: spi(row.get(6)),
+        column_comments: spi(c.select(
+            "SELECT quote_ident(a.attname), quote_literal(d.description) FROM pg_description d \
+             JOIN pg_attribute a ON a.attrelid = d.objoid AND a.attnum = d.objsubid \
+             WHERE d.classoid = 'pg_class'::regclass AND d.objoid = $1 AND d.objsubid > 0 ORDER BY a.attnum",
+            None,
+            &args([oid.into()]),
+        ))
+        .map(|r| {
+            (
+                spi(r.get(1)).unwrap_or_default(),
+                spi(r.get(2)).unwrap_or_default(),
+            )
+        })
+        .collect(),
+        depends_on: Vec::new(),
+        attached: strings(
+            c,
+            "SELECT 'trigger ' || quote_ident(tgname) FROM pg_trigger WHERE tgrelid = $1 \
+             UNION ALL SELECT 'rule ' || quote_ident(rulename) FROM pg_rewrite WHERE ev_class = $1 AND rulename <> '_RETURN' \
+             UNION ALL SELECT 'a default on column ' || quote_ident(a.attname) FROM pg_attrdef ad \
+               JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum WHERE ad.adrelid = $1 \
+             UNION ALL SELECT 'a security label' FROM pg_seclabel WHERE objoid = $1 AND classoid = 'pg_class'::regclass",
+            oid,
+        ),
+    }
+}

@@ -1,0 +1,138 @@
+"""snowflake_convert on real tables: its refusals (SQLSTATE, message, hint),
+and a conversion under concurrent inserts into a table and the table that
+references it. The walkthrough with its exact output is in
+pg_regress/sql/convert.sql."""
+
+import random
+import threading
+import time
+
+import psycopg2
+
+from harness import server
+
+SERIAL_TOP = 2**31
+
+
+def test_what_cannot_be_converted_is_refused_with_the_reason_and_what_to_do():
+    with server("convert-errors", conf={"snowflake_id.worker_id": 3}) as s:
+        s.sql("""
+            CREATE TABLE parents (id serial PRIMARY KEY, note text, code uuid);
+            CREATE TABLE kids (id int PRIMARY KEY REFERENCES parents, x int);
+            CREATE TABLE rnd (id int PRIMARY KEY DEFAULT (random() * 1000)::int);
+            CREATE TABLE shared_a (id bigint PRIMARY KEY DEFAULT nextval('shared_seq'));
+            CREATE TABLE shared_b (id bigint PRIMARY KEY DEFAULT nextval('shared_seq'));
+            CREATE TABLE ahead (id bigserial PRIMARY KEY);
+            INSERT INTO ahead VALUES (9223372036854775000);
+            CREATE MATERIALIZED VIEW parent_ids AS SELECT id FROM parents;
+            CREATE VIEW v AS SELECT id FROM parents;
+            CREATE ROLE app LOGIN;
+        """.replace("CREATE TABLE shared_a", "CREATE SEQUENCE shared_seq; CREATE TABLE shared_a"))
+        cases = [
+            ("SELECT snowflake_convert('v')", "42809", "is a view"),
+            ("SELECT snowflake_convert('parents', 'nope')", "42703", 'column "nope" of public.parents does not exist'),
+            ("SELECT snowflake_convert('parents', 'code')", "42804", "of type uuid"),
+            ("SELECT snowflake_convert('kids')", "0A000", "takes its values from another table"),
+            ("SELECT snowflake_convert('rnd')", "0A000", "which is not a sequence"),
+            ("SELECT snowflake_convert('shared_a', drop_sequence => true)", "2BP01", "public.shared_b.id"),
+            ("SELECT snowflake_convert('ahead')", "55000", "the largest is 9223372036854775000"),
+            ("SELECT snowflake_convert('parents')", "0A000", "materialized view public.parent_ids"),
+        ]
+        for query, code, words in cases:
+            got, message, hint = s.error(query)
+            assert (got, words in message, hint != "") == (code, True, True), (query, got, message, hint)
+        # Nothing of a refused conversion stays: one transaction.
+        assert s.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                     " WHERE attrelid = 'parents'::regclass AND attname = 'id'") == "integer"
+        # Superusers only, in two ways: no EXECUTE for PUBLIC, and a check
+        # inside for a superuser who grants it by mistake.
+        with psycopg2.connect(host=s.dir, port=s.port, user="app", dbname="postgres") as conn, conn.cursor() as cur:
+            try:
+                cur.execute("SELECT snowflake_convert('parents')")
+                raise AssertionError("app ran snowflake_convert")
+            except psycopg2.Error as e:
+                assert e.diag.sqlstate == "42501", e
+        s.sql("GRANT EXECUTE ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) TO app")
+        with psycopg2.connect(host=s.dir, port=s.port, user="app", dbname="postgres") as conn, conn.cursor() as cur:
+            try:
+                cur.execute("SELECT snowflake_convert('parents')")
+                raise AssertionError("app ran snowflake_convert")
+            except psycopg2.Error as e:
+                assert e.diag.sqlstate == "42501" and "only a superuser" in e.diag.message_primary, e
+        # A dry run shows the same refusals, and a shared sequence that stays is fine.
+        assert s.error("SELECT snowflake_convert('ahead', dry_run => true)")[0] == "55000"
+        s.sql("SELECT snowflake_convert('shared_a')")
+        assert s.one("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'shared_b'::regclass") \
+            == "nextval('shared_seq'::regclass)"
+
+
+def insert_loop(s, stop, errors, counts, who):
+    """Inserts orders, and lines for them, the way an application does:
+    one order with its lines per transaction, or lines alone."""
+    rnd = random.Random(who)
+    try:
+        conn = s.connect(autocommit=False)
+        cur = conn.cursor()
+        n = 0
+        while not stop.is_set():
+            if rnd.random() < 0.5:
+                cur.execute("INSERT INTO orders (note) VALUES ('o') RETURNING id")
+                order = cur.fetchone()[0]
+                cur.execute("INSERT INTO lines (order_id) VALUES (%s), (%s)", (order, order))
+                n += 3
+            else:
+                cur.execute("INSERT INTO lines (order_id) SELECT id FROM orders ORDER BY id DESC LIMIT 1")
+                n += cur.rowcount
+            conn.commit()
+        counts[who] = n
+        conn.close()
+    except Exception as e:  # the main thread reports it
+        errors.append(f"{who}: {e}")
+
+
+def test_a_table_under_concurrent_inserts_is_converted_without_failing_one_insert():
+    with server("convert-busy", conf={"snowflake_id.worker_id": 3}) as s:
+        s.sql("""
+            CREATE TABLE orders (id serial PRIMARY KEY, note text);
+            CREATE TABLE lines (id serial PRIMARY KEY, order_id int NOT NULL REFERENCES orders);
+            INSERT INTO orders (note) SELECT 'old' FROM generate_series(1, 1000);
+            INSERT INTO lines (order_id) SELECT id FROM orders;
+        """)
+        stop, errors, counts = threading.Event(), [], {}
+        threads = [threading.Thread(target=insert_loop, args=(s, stop, errors, counts, i)) for i in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        start = time.time()
+        ran = [r[0] for r in s.sql("SELECT snowflake_convert('orders')")]
+        took = time.time() - start
+        time.sleep(1.5)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert errors == [], errors
+        print(f"converted in {took:.2f} s under 4 inserting sessions; it ran: {ran}")
+        assert ran[0] == "LOCK TABLE public.lines, public.orders IN ACCESS EXCLUSIVE MODE;", ran
+        # Every insert landed, before and after; the keys stayed, the new
+        # ones are snowflake IDs above them, and every line has its order.
+        rows = s.one("SELECT count(*) FROM orders") + s.one("SELECT count(*) FROM lines")
+        assert rows == 2000 + sum(counts.values()), (rows, counts)
+        before, after, old_max = s.sql(
+            f"SELECT count(*) FILTER (WHERE id < {SERIAL_TOP}), count(*) FILTER (WHERE id >= {SERIAL_TOP}),"
+            f" max(id) FILTER (WHERE id < {SERIAL_TOP}) FROM orders")[0]
+        assert before > 1000 and after > 0, (before, after)
+        assert s.one(f"SELECT min(id) FROM orders WHERE id >= {SERIAL_TOP}") > old_max
+        assert s.one("SELECT count(*) FROM orders WHERE note = 'old' AND id BETWEEN 1 AND 1000") == 1000
+        assert s.one("SELECT count(*) FROM lines l LEFT JOIN orders o ON o.id = l.order_id WHERE o.id IS NULL") == 0
+        assert s.one("SELECT count(*) FROM lines WHERE order_id >= %s", (SERIAL_TOP,)) > 0
+        assert s.sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attname IN ('id', 'order_id')"
+                     " AND attrelid IN ('orders'::regclass, 'lines'::regclass) ORDER BY attrelid, attname") \
+            == [("bigint",), ("integer",), ("bigint",)]
+        # The session's own lock_timeout is its own again after the call.
+        s.sql("CREATE TABLE other (id serial PRIMARY KEY)")
+        with s.connect(autocommit=False) as conn, conn.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '7s'")
+            cur.execute("SELECT count(*) FROM snowflake_convert('other')")
+            assert cur.fetchone()[0] == 3
+            cur.execute("SHOW lock_timeout")
+            assert cur.fetchone()[0] == "7s"
