@@ -25,6 +25,7 @@ packages=(
     sudo faketime libfaketime bison flex zlib1g-dev
     "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-matplotlib
+    python3-psycopg nodejs npm
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -45,6 +46,12 @@ fi
 if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     say "Installing cargo-pgrx $PGRX_VERSION (takes about 5 minutes)"
     cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+
+# The client examples' packages (examples/node): pinned by its lock file.
+if [[ ! -f "$(dirname "$0")/../examples/node/node_modules/pg/package.json" ]]; then
+    say "Installing the Node.js example's packages (npm ci)"
+    (cd "$(dirname "$0")/../examples/node" && npm ci --no-audit --no-fund)
 fi
 
 # The other majors the extension is built and tested on (the demo and the

@@ -6,7 +6,8 @@
 #   4. against real servers started for the purpose: pg_regress files,
 #      concurrency, crashes (kill -9), restarts, clock steps (libfaketime),
 #      bulk throttling, settings, replication between clusters (streaming,
-#      logical, pglogical) (pytest, tests/*.py)
+#      logical, pglogical), snowflake_convert under load, and the client
+#      examples in examples/ (Node.js, Python) (pytest, tests/*.py)
 #   5. the same on the other PostgreSQL majors (scripts/versions.sh): the
 #      #[pg_test] tests, the regression files and the update from 0.1.0 on
 #      each, and every real-server test on the newest
