@@ -25,12 +25,17 @@ packages=(
     sudo faketime libfaketime bison flex zlib1g-dev
     "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-matplotlib
-    python3-psycopg nodejs npm
+    python3-psycopg
 )
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js for the client example: Debian's nodejs and npm unless the
+# commands are there already (a NodeSource nodejs brings its own npm and
+# conflicts with Debian's).
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
     say "Installing Debian packages: ${missing[*]}"
     apt-get update -q
