@@ -48,16 +48,24 @@ fn snowflake_convert(
         ))
     });
     let facts = || read_facts(tbl, col, drop_sequence).or_raise();
-    let mut plan = convert::plan(&facts()).or_raise();
+    let (first, first_sequence) = facts();
+    let mut plan = convert::plan(&first).or_raise();
     if plan.is_empty() {
         return SetOfIterator::new(plan);
     }
+    let locks = |f: &Facts, sequence| Locks {
+        tables: convert::lock_order(f)
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        sequence,
+    };
     if !dry_run {
         // Locked before the check and the final reading, so no insert gets
         // in between: the plan is made again from what the lock holds.
-        lock_keeping_timeout(&plan[0]);
+        lock_keeping_timeout(&locks(&first, first_sequence));
     }
-    let facts = facts();
+    let (facts, sequence) = facts();
     plan = convert::plan(&facts).or_raise();
     if plan.is_empty() {
         return SetOfIterator::new(plan);
@@ -70,7 +78,7 @@ fn snowflake_convert(
     let next = crate::generate::snowflake_nextval();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
-        lock_keeping_timeout(&plan[0]);
+        lock_keeping_timeout(&locks(&facts, sequence));
         plan[1..].iter().for_each(|s| run(s));
     }
     SetOfIterator::new(plan)
@@ -80,32 +88,46 @@ fn run(statement: &str) {
     Spi::run(statement).unwrap_or_else(|e| pgrx::error!("{e}: {statement}"));
 }
 
-/// Runs the plan's LOCK statement without ever waiting long while holding
-/// part of its locks. Whatever order the tables are locked in, some
-/// application transaction can hold one of them and wait for another (an
-/// order inserted, then its lines, in one transaction); waiting there would
-/// end in a deadlock error for someone. So each attempt waits at most half
-/// of `deadlock_timeout` (well before Postgres looks for deadlocks), gives
-/// back what it got, and tries again, until the session's own
-/// `lock_timeout` (if any) is spent.
-fn lock(statement: &str) {
+/// What a conversion must hold before it looks at the data: every table
+/// it alters, and the sequence it drops (with `drop_sequence`, or an
+/// identity's), whose users would otherwise keep the DROP waiting.
+struct Locks {
+    tables: Vec<String>,
+    sequence: Option<pg_sys::Oid>,
+}
+
+/// Takes `locks` without ever waiting long while holding part of them.
+/// Whatever order the tables are locked in, some application transaction
+/// can hold one of them and wait for another (an order inserted, then its
+/// lines, in one transaction); waiting there would end in a deadlock error
+/// for someone. So each attempt takes them one by one within half of
+/// `deadlock_timeout` (at most 200 ms) in all, well before Postgres looks for
+/// deadlocks, gives back what it got if it fails, and tries again, until the
+/// session's own `lock_timeout` (if any) is spent.
+fn lock(locks: &Locks) {
     // SAFETY: plain reads of this backend's settings.
     let (deadlock_ms, budget_ms) = unsafe { (pg_sys::DeadlockTimeout, pg_sys::LockTimeout) };
-    let attempt_ms = (deadlock_ms / 2).clamp(10, 200);
+    let attempt_ms = u64::try_from((deadlock_ms / 2).clamp(10, 200)).unwrap_or(200);
     let start = std::time::Instant::now();
     loop {
-        if try_lock(statement, attempt_ms) {
-            return;
+        let mut wait = std::time::Duration::from_millis(attempt_ms);
+        if budget_ms > 0 {
+            let left =
+                std::time::Duration::from_millis(budget_ms as u64).saturating_sub(start.elapsed());
+            if left.is_zero() {
+                raise(
+                    Failure::new(
+                        Class::LockNotAvailable,
+                        format!("could not lock the tables to convert within lock_timeout ({budget_ms} ms)"),
+                    )
+                    .detail(format!("Tables: {}.", locks.tables.join(", ")))
+                    .hint("Run it again when fewer transactions hold these tables, or with a longer lock_timeout (0 waits until it gets them)."),
+                );
+            }
+            wait = wait.min(left);
         }
-        if budget_ms > 0 && start.elapsed().as_millis() >= budget_ms as u128 {
-            raise(
-                Failure::new(
-                    Class::LockNotAvailable,
-                    format!("could not lock the tables to convert within lock_timeout ({budget_ms} ms)"),
-                )
-                .detail(statement.to_string())
-                .hint("Run it again when fewer transactions hold these tables, or with a longer lock_timeout (0 waits until it gets them)."),
-            );
+        if try_lock(locks, wait) {
+            return;
         }
         // SAFETY: a short sleep.
         unsafe { pg_sys::pg_usleep(10_000) };
@@ -114,40 +136,64 @@ fn lock(statement: &str) {
 }
 
 /// One attempt in a subtransaction, which gives the locks back if it fails.
-fn try_lock(statement: &str, wait_ms: i32) -> bool {
+fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
     // SAFETY: the subtransaction pattern of PL/pgSQL's exception blocks:
-    // begun here, and released or rolled back on every path below, with the
+    // begun here, and released or rolled back on every path below (an
+    // error other than a lock timeout too, before it goes on), with the
     // memory context and resource owner put back.
     unsafe {
         let (context, owner) = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
+        let end = |keep: bool| {
+            if keep {
+                pg_sys::ReleaseCurrentSubTransaction();
+            } else {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            }
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        };
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
         let locked = PgTryBuilder::new(|| {
-            // Gone with the subtransaction if it fails; put back below if not.
-            run(&format!("SET LOCAL lock_timeout = {wait_ms}"));
-            run(statement);
-            true
+            for t in &locks.tables {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return false;
+                }
+                // Gone with the subtransaction if it fails; put back by
+                // the caller if not.
+                run(&format!(
+                    "SET LOCAL lock_timeout = {}",
+                    left.as_millis().max(1)
+                ));
+                run(&format!("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE"));
+            }
+            locks.sequence.is_none_or(|seq| {
+                pg_sys::ConditionalLockRelationOid(
+                    seq,
+                    pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
+                )
+            })
         })
         .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| false)
+        .catch_others(|e| {
+            end(false);
+            e.rethrow()
+        })
         .execute();
-        if locked {
-            pg_sys::ReleaseCurrentSubTransaction();
-        } else {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-        }
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
+        end(locked);
         locked
     }
 }
 
 /// `lock` with the session's own lock_timeout in force again afterwards
 /// (a released subtransaction hands its SET LOCAL on to the transaction).
-fn lock_keeping_timeout(statement: &str) {
+fn lock_keeping_timeout(locks: &Locks) {
     let old = Spi::get_one::<String>("SELECT current_setting('lock_timeout')")
         .unwrap_or_else(|e| pgrx::error!("{e}"))
         .unwrap_or_default();
-    lock(statement);
+    lock(locks);
     Spi::run_with_args("SELECT set_config('lock_timeout', $1, true)", &[old.into()])
         .unwrap_or_else(|e| pgrx::error!("{e}"));
 }
@@ -163,7 +209,12 @@ struct Found {
     column: Column,
 }
 
-fn read_facts(tbl: pg_sys::Oid, col: &str, drop_sequence: bool) -> Result<Facts, Failure> {
+/// The facts, and the sequence the plan drops (to be locked with the tables).
+fn read_facts(
+    tbl: pg_sys::Oid,
+    col: &str,
+    drop_sequence: bool,
+) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
     Spi::connect(|c| facts_with(c, tbl, col, drop_sequence))
 }
 
@@ -176,10 +227,14 @@ fn facts_with(
     tbl: pg_sys::Oid,
     col: &str,
     drop_sequence: bool,
-) -> Result<Facts, Failure> {
+) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
     let rows = spi(c.select(
         "SELECT c.relkind::text, format('%I.%I', n.nspname, c.relname), a.attnum, quote_ident(a.attname), \
-                format_type(a.atttypid, a.atttypmod), a.attidentity::text, ad.oid, pg_get_expr(ad.adbin, ad.adrelid) \
+                format_type(a.atttypid, a.atttypmod), a.attidentity::text, ad.oid, pg_get_expr(ad.adbin, ad.adrelid), \
+                c.relispartition OR a.attinhcount > 0, \
+                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisunique) \
+                        AND i.indkey[0] = a.attnum), \
+                pg_get_serial_sequence(c.oid::regclass::text, a.attname)::regclass::oid \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2::name AND a.attnum > 0 AND NOT a.attisdropped \
          LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum \
@@ -189,7 +244,7 @@ fn facts_with(
     ));
     let Some(row) = rows.into_iter().next() else {
         return Err(Failure::new(
-            Class::WrongObjectType,
+            Class::UndefinedTable,
             format!("no relation has the OID {}", tbl.to_u32()),
         )
         .hint("Name the table: snowflake_convert('orders')."));
@@ -211,14 +266,23 @@ fn facts_with(
     let identity: String = spi(row.get(6)).unwrap_or_default();
     let attrdef: Option<pg_sys::Oid> = spi(row.get(7));
     let expr: Option<String> = spi(row.get(8));
+    let inherited: bool = spi(row.get(9)).unwrap_or(false);
+    let is_key: bool = spi(row.get(10)).unwrap_or(false);
+    let owned_sequence: Option<pg_sys::Oid> = spi(row.get(11));
     let (nextval, nextval_oid) = snowflake_nextval(c);
-    let default = if !identity.is_empty() {
-        OldDefault::Identity
+    let (default, sequence) = if !identity.is_empty() {
+        (OldDefault::Identity, owned_sequence)
     } else if let (Some(def), Some(expr)) = (attrdef, expr) {
         old_default(c, tbl, col, def, expr, nextval_oid)
     } else {
-        OldDefault::Nothing
+        (OldDefault::Nothing, None)
     };
+    let dropped = match default {
+        OldDefault::Identity => sequence,
+        OldDefault::Sequence { .. } if drop_sequence => sequence,
+        _ => None,
+    };
+    let inherited_from = if inherited { top_of(c, tbl) } else { None };
     let references: Option<String> = strings_with(
         c,
         "SELECT format('constraint %I to %s', conname, confrelid::regclass) FROM pg_constraint \
@@ -236,6 +300,8 @@ fn facts_with(
     let mut facts = Facts {
         target,
         relkind: relkind.chars().next().unwrap_or('?'),
+        inherited_from,
+        is_key,
         default,
         references,
         referencing,
@@ -249,7 +315,26 @@ fn facts_with(
         .filter_map(|w| found.iter().find(|f| &f.column == w))
         .collect();
     facts.views = views(c, &widened);
-    Ok(facts)
+    Ok((facts, dropped))
+}
+
+/// The table at the top of `relid`'s partition or inheritance tree.
+fn top_of(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<String> {
+    top(c, relid).map(|(_, name)| name)
+}
+
+fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String)> {
+    let rows = spi(c.select(
+        "WITH RECURSIVE up(relid, depth) AS (SELECT $1::oid, 0 \
+           UNION ALL SELECT i.inhparent, u.depth + 1 FROM pg_inherits i JOIN up u ON i.inhrelid = u.relid) \
+         SELECT up.relid, format('%I.%I', n.nspname, r.relname) FROM up JOIN pg_class r ON r.oid = up.relid \
+         JOIN pg_namespace n ON n.oid = r.relnamespace ORDER BY up.depth DESC LIMIT 1",
+        None,
+        &args([relid.into()]),
+    ));
+    rows.into_iter()
+        .next()
+        .and_then(|r| Some((spi(r.get(1))?, spi(r.get(2))?)))
 }
 
 /// The extension's own `snowflake_nextval()`: the call a default makes
@@ -277,7 +362,7 @@ fn old_default(
     attrdef: pg_sys::Oid,
     expr: String,
     nextval: Option<pg_sys::Oid>,
-) -> OldDefault {
+) -> (OldDefault, Option<pg_sys::Oid>) {
     let depends_on = |class: &str| -> Vec<(Option<String>, Option<pg_sys::Oid>)> {
         let q = format!(
             "SELECT CASE WHEN d.refclassid = 'pg_class'::regclass THEN \
@@ -290,16 +375,16 @@ fn old_default(
             .collect()
     };
     if nextval.is_some() && depends_on("pg_proc").iter().any(|(_, f)| *f == nextval) {
-        return OldDefault::Snowflake;
+        return (OldDefault::Snowflake, None);
     }
     if !expr.starts_with("nextval(") {
-        return OldDefault::Other(expr);
+        return (OldDefault::Other(expr), None);
     }
     let Some((Some(sequence), Some(seq))) = depends_on("pg_class")
         .into_iter()
         .find(|(name, _)| name.is_some())
     else {
-        return OldDefault::Other(expr);
+        return (OldDefault::Other(expr), None);
     };
     // The defaults of this table's partitions and children follow the
     // parent's; any other default that takes from the sequence keeps it alive.
@@ -317,10 +402,13 @@ fn old_default(
     ))
     .filter_map(|r| spi(r.get::<String>(1)))
     .collect();
-    OldDefault::Sequence {
-        sequence,
-        shared_with,
-    }
+    (
+        OldDefault::Sequence {
+            sequence,
+            shared_with,
+        },
+        Some(seq),
+    )
 }
 
 /// Every column that holds copies of the key through foreign keys, however
@@ -339,7 +427,7 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
             "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid), \
              keys AS (SELECT t.relid, a.attnum FROM tree t JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name) \
              SELECT DISTINCT k.conrelid, a.attname::text, format('%I.%I', n.nspname, r.relname), format('%I', a.attname), \
-                    format_type(a.atttypid, a.atttypmod) \
+                    format_type(a.atttypid, a.atttypmod), a.attinhcount > 0 \
              FROM keys JOIN pg_constraint k ON k.contype = 'f' AND k.confrelid = keys.relid AND keys.attnum = ANY(k.confkey) AND k.conparentid = 0 \
              JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[array_position(k.confkey, keys.attnum)] \
              JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
@@ -348,7 +436,7 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
             &args([relid.into(), name.into()]),
         ));
         for r in rows {
-            let f = Found {
+            let mut f = Found {
                 relid: spi(r.get(1)).unwrap_or(pg_sys::InvalidOid),
                 name: spi(r.get(2)).unwrap_or_default(),
                 column: Column {
@@ -357,6 +445,14 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
                     type_name: spi(r.get(5)).unwrap_or_default(),
                 },
             };
+            // A foreign key made on a partition or child: its column can
+            // only change type with the table at the top.
+            if spi(r.get::<bool>(6)).unwrap_or(false) {
+                if let Some((relid, table)) = top(c, f.relid) {
+                    f.relid = relid;
+                    f.column.table = table;
+                }
+            }
             if found.iter().any(|g| g.relid == f.relid && g.name == f.name) {
                 continue;
             }
@@ -523,6 +619,17 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
              UNION ALL SELECT 'a default on column ' || quote_ident(a.attname) FROM pg_attrdef ad \
                JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum WHERE ad.adrelid = $1 \
              UNION ALL SELECT 'a security label' FROM pg_seclabel WHERE objoid = $1 AND classoid = 'pg_class'::regclass",
+            oid,
+        ),
+        // The view is made again by the role running this: its default
+        // privileges in the view's schema (or everywhere) apply to it.
+        default_grantees: strings(
+            c,
+            "SELECT DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END \
+             FROM pg_class c, pg_default_acl d, aclexplode(d.defaclacl) x \
+             WHERE c.oid = $1 AND d.defaclrole = (SELECT oid FROM pg_roles WHERE rolname = current_user) \
+               AND d.defaclobjtype = 'r' AND d.defaclnamespace IN (0, c.relnamespace) AND x.grantee <> d.defaclrole \
+             ORDER BY 1",
             oid,
         ),
     }

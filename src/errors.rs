@@ -18,6 +18,7 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::Privilege => ERRCODE_INSUFFICIENT_PRIVILEGE,
         Class::InvalidText => ERRCODE_INVALID_TEXT_REPRESENTATION,
         Class::UndefinedColumn => ERRCODE_UNDEFINED_COLUMN,
+        Class::UndefinedTable => ERRCODE_UNDEFINED_TABLE,
         Class::DatatypeMismatch => ERRCODE_DATATYPE_MISMATCH,
         Class::WrongObjectType => ERRCODE_WRONG_OBJECT_TYPE,
         Class::NotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,

@@ -136,3 +136,69 @@ def test_a_table_under_concurrent_inserts_is_converted_without_failing_one_inser
             assert cur.fetchone()[0] == 3
             cur.execute("SHOW lock_timeout")
             assert cur.fetchone()[0] == "7s"
+
+
+def test_views_partitions_sequences_and_errors_inside_exception_blocks():
+    """What an independent review found: default privileges of the
+    converting role, partitions named as the target, foreign keys made on a
+    partition, a sequence held by an application transaction, and an error
+    inside a PL/pgSQL exception block."""
+    with server("convert-review", conf={"snowflake_id.worker_id": 3}) as s:
+        s.sql("""
+            CREATE ROLE auditor;
+            CREATE TABLE emp (id serial PRIMARY KEY, qty int NOT NULL);
+            CREATE VIEW emp_v AS SELECT id FROM emp;
+            ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO auditor;
+            CREATE TABLE ev (id bigserial, at date NOT NULL, PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+            CREATE TABLE ev_25 PARTITION OF ev FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+            CREATE TABLE orders (id serial PRIMARY KEY);
+            CREATE TABLE lines (order_id int NOT NULL, at date NOT NULL) PARTITION BY RANGE (at);
+            CREATE TABLE lines_25 PARTITION OF lines FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+            ALTER TABLE lines_25 ADD FOREIGN KEY (order_id) REFERENCES orders;
+            CREATE TABLE held (id serial PRIMARY KEY);
+            CREATE TABLE marker (x int);
+        """)
+        # The view made again has the privileges it had, not the converting
+        # role's defaults.
+        s.sql("SELECT snowflake_convert('emp')")
+        assert s.one("SELECT has_table_privilege('auditor', 'emp_v', 'SELECT')") is False
+        assert s.error("SELECT snowflake_convert('emp', 'qty')")[0] == "0A000"
+        assert s.error("SELECT snowflake_convert(999999::oid::regclass)")[0] == "42P01"
+        code, message, hint = s.error("SELECT snowflake_convert('ev_25')")
+        assert code == "0A000" and "snowflake_convert('public.ev'" in hint, (code, message, hint)
+        ran = [r[0] for r in s.sql("SELECT snowflake_convert('orders')")]
+        assert "ALTER TABLE public.lines ALTER COLUMN order_id TYPE bigint;" in ran, ran
+        # An application transaction that took from the sequence and then
+        # inserts: the conversion waits for it without a deadlock for anyone.
+        app = s.connect(autocommit=False)
+        cur = app.cursor()
+        cur.execute("SELECT nextval('held_id_seq')")
+        result = {}
+        t = threading.Thread(target=lambda: result.update(ran=s.sql(
+            "SELECT snowflake_convert('held', drop_sequence => true)")))
+        t.start()
+        time.sleep(2)
+        cur.execute("INSERT INTO held VALUES (currval('held_id_seq'))")
+        app.commit()
+        app.close()
+        t.join(60)
+        assert ("DROP SEQUENCE public.held_id_seq;",) in result["ran"], result
+        # An error while it waits for its locks, caught by an exception
+        # block: the block's own work is undone, as the block promises.
+        locker = s.connect(autocommit=False)
+        locker.cursor().execute("CREATE TABLE t (id serial PRIMARY KEY); LOCK TABLE t IN ACCESS SHARE MODE")
+        with s.connect() as conn, conn.cursor() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS t2 (id serial PRIMARY KEY)")
+        locker.commit()
+        locker.cursor().execute("LOCK TABLE t2 IN ACCESS SHARE MODE")
+        with s.connect() as conn, conn.cursor() as c:
+            c.execute("SET statement_timeout = '1s'")
+            c.execute("""DO $$ BEGIN
+                BEGIN INSERT INTO marker VALUES (1); PERFORM snowflake_convert('t2');
+                EXCEPTION WHEN query_canceled THEN RAISE NOTICE 'gave up'; END;
+                INSERT INTO marker VALUES (2);
+            END $$""")
+            c.execute("SELECT array_agg(x ORDER BY x) FROM marker")
+            assert c.fetchone()[0] == [2]
+        locker.rollback()
+        locker.close()

@@ -116,6 +116,9 @@ pub struct View {
     pub depends_on: Vec<String>,
     /// What on it cannot be made again here (its triggers and rules).
     pub attached: Vec<String>,
+    /// Roles that the converting role's default privileges would grant
+    /// the view when it is made again: taken back.
+    pub default_grantees: Vec<String>,
 }
 
 /// Everything the plan depends on.
@@ -124,6 +127,12 @@ pub struct Facts {
     pub target: Column,
     /// `pg_class.relkind`: `r` table, `p` partitioned table.
     pub relkind: char,
+    /// The table at the top, when the column is inherited (a partition's,
+    /// a child's): only there can it be converted.
+    pub inherited_from: Option<String>,
+    /// Whether the column is (the first column of) a primary key or a
+    /// unique constraint or index.
+    pub is_key: bool,
     pub default: OldDefault,
     /// A foreign key on the key column itself, described: the column takes
     /// its values from another table, so it cannot generate them.
@@ -155,6 +164,14 @@ pub fn check(f: &Facts) -> Result<(), Failure> {
         )
         .hint("snowflake_convert switches a table's (or a partitioned table's) key column."));
     }
+    if let Some(top) = &f.inherited_from {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("column {target} is inherited from {top}"),
+        )
+        .detail("A partition's or a child's columns follow the table they belong to.")
+        .hint(format!("Convert {top}: snowflake_convert('{top}', ...).")));
+    }
     if Width::of(&f.target.type_name).is_none() {
         return Err(Failure::new(
             Class::DatatypeMismatch,
@@ -172,6 +189,18 @@ pub fn check(f: &Facts) -> Result<(), Failure> {
             format!("column {target} takes its values from another table ({fk})"),
         )
         .hint("Convert the column it references; this one is widened with it."));
+    }
+    if !f.is_key
+        && !matches!(
+            f.default,
+            OldDefault::Sequence { .. } | OldDefault::Identity | OldDefault::Snowflake
+        )
+    {
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("column {target} has no sequence default and is not a primary key or unique"),
+        )
+        .hint("snowflake_convert switches key columns; name the table's key column."));
     }
     if let OldDefault::Other(expr) = &f.default {
         return Err(Failure::new(
@@ -308,6 +337,14 @@ pub fn plan(f: &Facts) -> Result<Vec<String>, Failure> {
 /// the key's table (its foreign-key check), so taking them in the other
 /// order would deadlock with it.
 fn lock(f: &Facts) -> String {
+    format!(
+        "LOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+        lock_order(f).join(", ")
+    )
+}
+
+/// The tables `lock` names, in its order.
+pub fn lock_order(f: &Facts) -> Vec<&str> {
     let mut refs: Vec<&Referencing> = f.referencing.iter().collect();
     refs.sort_by(|a, b| b.depth.cmp(&a.depth));
     let mut tables: Vec<&str> = Vec::new();
@@ -318,7 +355,7 @@ fn lock(f: &Facts) -> String {
         }
     }
     tables.push(&f.target.table);
-    format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", tables.join(", "))
+    tables
 }
 
 /// The views, each after every view it selects from.
@@ -351,9 +388,27 @@ fn recreate(v: &View, sql: &mut Vec<String>) {
     sql.push(format!("CREATE VIEW {}{with} AS {}", v.name, v.definition));
     sql.push(format!("ALTER VIEW {} OWNER TO {}", v.name, v.owner));
     if let Some(grants) = &v.privileges {
-        // Explicit privileges replace the owner's defaults, so start from none.
-        sql.push(format!("REVOKE ALL ON {} FROM PUBLIC, {}", v.name, v.owner));
+        // Explicit privileges replace the owner's defaults, so start from
+        // none, and from none of what default privileges gave the new view.
+        let mut from = vec!["PUBLIC", v.owner.as_str()];
+        from.extend(
+            v.default_grantees
+                .iter()
+                .map(|g| g.as_str())
+                .filter(|g| *g != "PUBLIC" && *g != v.owner),
+        );
+        sql.push(format!("REVOKE ALL ON {} FROM {}", v.name, from.join(", ")));
         grant(&v.name, grants, sql);
+    } else {
+        let from: Vec<&str> = v
+            .default_grantees
+            .iter()
+            .map(|g| g.as_str())
+            .filter(|g| *g != v.owner)
+            .collect();
+        if !from.is_empty() {
+            sql.push(format!("REVOKE ALL ON {} FROM {}", v.name, from.join(", ")));
+        }
     }
     grant(&v.name, &v.column_privileges, sql);
     if let Some(c) = &v.comment {
@@ -426,6 +481,8 @@ mod tests {
         Facts {
             target: col("public.orders", "id", "integer"),
             relkind: 'r',
+            inherited_from: None,
+            is_key: true,
             default: OldDefault::Sequence {
                 sequence: "public.orders_id_seq".into(),
                 shared_with: vec![],
@@ -705,6 +762,56 @@ mod tests {
             ..serial()
         };
         assert!(plan(&shared).is_ok());
+    }
+
+    #[test]
+    fn what_default_privileges_give_a_view_made_again_is_taken_back() {
+        let mut v = view("public.v", &[]);
+        v.default_grantees = vec!["auditor".into(), "app".into()];
+        let f = Facts {
+            views: vec![v.clone()],
+            ..serial()
+        };
+        assert!(plan(&f)
+            .unwrap()
+            .contains(&"REVOKE ALL ON public.v FROM auditor;".to_string()));
+        v.privileges = Some(vec![]);
+        let f = Facts {
+            views: vec![v],
+            ..serial()
+        };
+        assert!(plan(&f)
+            .unwrap()
+            .contains(&"REVOKE ALL ON public.v FROM PUBLIC, app, auditor;".to_string()));
+    }
+
+    #[test]
+    fn only_a_key_at_the_top_of_its_hierarchy_is_converted() {
+        let e = plan(&Facts {
+            inherited_from: Some("public.events".into()),
+            ..serial()
+        })
+        .unwrap_err();
+        assert_eq!(e.class, Class::NotSupported);
+        assert!(e
+            .hint
+            .unwrap()
+            .contains("snowflake_convert('public.events'"));
+        let plain = Facts {
+            is_key: false,
+            default: OldDefault::Nothing,
+            ..serial()
+        };
+        assert!(plan(&plain)
+            .unwrap_err()
+            .message
+            .contains("not a primary key or unique"));
+        // A key with no default yet (keys the application chose) is fine.
+        assert!(plan(&Facts {
+            is_key: true,
+            ..plain
+        })
+        .is_ok());
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub enum Class {
     InvalidText,
     /// 42703 undefined_column.
     UndefinedColumn,
+    /// 42P01 undefined_table.
+    UndefinedTable,
     /// 42804 datatype_mismatch: a column of a type that cannot hold IDs.
     DatatypeMismatch,
     /// 42809 wrong_object_type: a relation of a kind the function does not take.
@@ -60,6 +62,7 @@ impl Class {
             Class::Privilege => "42501",
             Class::InvalidText => "22P02",
             Class::UndefinedColumn => "42703",
+            Class::UndefinedTable => "42P01",
             Class::DatatypeMismatch => "42804",
             Class::WrongObjectType => "42809",
             Class::NotSupported => "0A000",
@@ -69,7 +72,7 @@ impl Class {
         }
     }
 
-    const ALL: [Class; 17] = [
+    const ALL: [Class; 18] = [
         Class::NotReady,
         Class::InvalidParameter,
         Class::IdOutOfRange,
@@ -81,6 +84,7 @@ impl Class {
         Class::Privilege,
         Class::InvalidText,
         Class::UndefinedColumn,
+        Class::UndefinedTable,
         Class::DatatypeMismatch,
         Class::WrongObjectType,
         Class::NotSupported,
