@@ -70,11 +70,10 @@ fn snowflake_convert(
     if plan.is_empty() {
         return SetOfIterator::new(plan);
     }
-    let largest = Spi::get_one::<i64>(&format!(
+    let largest = spi(Spi::get_one::<i64>(&format!(
         "SELECT max({})::bigint FROM {}",
         facts.target.column, facts.target.table
-    ))
-    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    )));
     let next = crate::generate::snowflake_nextval();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
@@ -190,12 +189,15 @@ fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
 /// `lock` with the session's own lock_timeout in force again afterwards
 /// (a released subtransaction hands its SET LOCAL on to the transaction).
 fn lock_keeping_timeout(locks: &Locks) {
-    let old = Spi::get_one::<String>("SELECT current_setting('lock_timeout')")
-        .unwrap_or_else(|e| pgrx::error!("{e}"))
-        .unwrap_or_default();
+    let old = spi(Spi::get_one::<String>(
+        "SELECT current_setting('lock_timeout')",
+    ))
+    .unwrap_or_default();
     lock(locks);
-    Spi::run_with_args("SELECT set_config('lock_timeout', $1, true)", &[old.into()])
-        .unwrap_or_else(|e| pgrx::error!("{e}"));
+    spi(Spi::run_with_args(
+        "SELECT set_config('lock_timeout', $1, true)",
+        &[old.into()],
+    ));
 }
 
 fn args<'a>(values: impl IntoIterator<Item = DatumWithOid<'a>>) -> Vec<DatumWithOid<'a>> {
@@ -282,7 +284,11 @@ fn facts_with(
         OldDefault::Sequence { .. } if drop_sequence => sequence,
         _ => None,
     };
-    let inherited_from = if inherited { top_of(c, tbl) } else { None };
+    let inherited_from = if inherited {
+        top(c, tbl).map(|(_, name)| name)
+    } else {
+        None
+    };
     let references: Option<String> = strings_with(
         c,
         "SELECT format('constraint %I to %s', conname, confrelid::regclass) FROM pg_constraint \
@@ -318,11 +324,13 @@ fn facts_with(
     Ok((facts, dropped))
 }
 
-/// The table at the top of `relid`'s partition or inheritance tree.
-fn top_of(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<String> {
-    top(c, relid).map(|(_, name)| name)
+/// A CTE `tree(relid)`: the relation the parameter `root` names, and its
+/// partitions and children at every level.
+fn tree(root: &str) -> String {
+    format!("WITH RECURSIVE tree(relid) AS (SELECT {root}::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid)")
 }
 
+/// The table at the top of `relid`'s partition or inheritance tree.
 fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String)> {
     let rows = spi(c.select(
         "WITH RECURSIVE up(relid, depth) AS (SELECT $1::oid, 0 \
@@ -389,7 +397,8 @@ fn old_default(
     // The defaults of this table's partitions and children follow the
     // parent's; any other default that takes from the sequence keeps it alive.
     let shared_with = spi(c.select(
-        "WITH RECURSIVE tree(relid) AS (SELECT $2::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) \
+        &format!(
+        "{} \
          SELECT format('%I.%I.%I', n.nspname, r.relname, a.attname) \
          FROM pg_depend d JOIN pg_attrdef ad ON d.classid = 'pg_attrdef'::regclass AND ad.oid = d.objid \
          JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
@@ -397,6 +406,8 @@ fn old_default(
          WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = $1 \
            AND NOT (ad.adrelid IN (SELECT relid FROM tree) AND a.attname = $3::name) \
          ORDER BY 1",
+            tree("$2")
+        ),
         None,
         &args([seq.into(), tbl.into(), col.into()]),
     ))
@@ -424,7 +435,8 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
     while i < found.len() {
         let (relid, name, depth) = (found[i].relid, found[i].name.clone(), depth_of[i]);
         let rows = spi(c.select(
-            "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid), \
+            &format!(
+            "{}, \
              keys AS (SELECT t.relid, a.attnum FROM tree t JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name) \
              SELECT DISTINCT k.conrelid, a.attname::text, format('%I.%I', n.nspname, r.relname), format('%I', a.attname), \
                     format_type(a.atttypid, a.atttypmod), a.attinhcount > 0 \
@@ -432,6 +444,8 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
              JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[array_position(k.confkey, keys.attnum)] \
              JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
              ORDER BY 3, 4",
+                tree("$1")
+            ),
             None,
             &args([relid.into(), name.into()]),
         ));
@@ -475,7 +489,8 @@ fn views(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<View> {
     let mut edges: Vec<(pg_sys::Oid, pg_sys::Oid)> = Vec::new();
     for w in widened {
         let rows = spi(c.select(
-            "WITH RECURSIVE tree(relid) AS (SELECT $1::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid) \
+            &format!(
+            "{} \
              SELECT DISTINCT w.ev_class FROM tree t \
              JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name \
              JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass \
@@ -483,6 +498,8 @@ fn views(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<View> {
              JOIN pg_rewrite w ON w.oid = d.objid \
              JOIN pg_class v ON v.oid = w.ev_class AND v.relkind IN ('v', 'm') \
              ORDER BY 1",
+                tree("$1")
+            ),
             None,
             &args([w.relid.into(), w.name.clone().into()]),
         ));
@@ -512,20 +529,16 @@ fn views(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<View> {
         }
         i += 1;
     }
-    let names: Vec<View> = oids.iter().map(|&v| view(c, v)).collect();
-    names
-        .iter()
-        .zip(&oids)
-        .map(|(v, &oid)| View {
-            depends_on: edges
-                .iter()
-                .filter(|(from, _)| *from == oid)
-                .filter_map(|(_, to)| oids.iter().position(|o| o == to))
-                .map(|k| names[k].name.clone())
-                .collect(),
-            ..v.clone()
-        })
-        .collect()
+    let mut views: Vec<View> = oids.iter().map(|&v| view(c, v)).collect();
+    for (k, &oid) in oids.iter().enumerate() {
+        views[k].depends_on = edges
+            .iter()
+            .filter(|(from, _)| *from == oid)
+            .filter_map(|(_, to)| oids.iter().position(|o| o == to))
+            .map(|j| views[j].name.clone())
+            .collect();
+    }
+    views
 }
 
 fn strings(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<String> {

@@ -157,6 +157,7 @@ def test_views_partitions_sequences_and_errors_inside_exception_blocks():
             ALTER TABLE lines_25 ADD FOREIGN KEY (order_id) REFERENCES orders;
             CREATE TABLE held (id serial PRIMARY KEY);
             CREATE TABLE marker (x int);
+            CREATE TABLE t2 (id serial PRIMARY KEY);
         """)
         # The view made again has the privileges it had, not the converting
         # role's defaults.
@@ -186,10 +187,6 @@ def test_views_partitions_sequences_and_errors_inside_exception_blocks():
         # An error while it waits for its locks, caught by an exception
         # block: the block's own work is undone, as the block promises.
         locker = s.connect(autocommit=False)
-        locker.cursor().execute("CREATE TABLE t (id serial PRIMARY KEY); LOCK TABLE t IN ACCESS SHARE MODE")
-        with s.connect() as conn, conn.cursor() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS t2 (id serial PRIMARY KEY)")
-        locker.commit()
         locker.cursor().execute("LOCK TABLE t2 IN ACCESS SHARE MODE")
         with s.connect() as conn, conn.cursor() as c:
             c.execute("SET statement_timeout = '1s'")
