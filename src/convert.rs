@@ -60,16 +60,19 @@ fn snowflake_convert(
             .collect(),
         sequence,
     };
-    if !dry_run {
+    let (facts, sequence) = if dry_run {
+        (first, first_sequence)
+    } else {
         // Locked before the check and the final reading, so no insert gets
         // in between: the plan is made again from what the lock holds.
         lock_keeping_timeout(&locks(&first, first_sequence));
-    }
-    let (facts, sequence) = facts();
-    plan = convert::plan(&facts).or_raise();
-    if plan.is_empty() {
-        return SetOfIterator::new(plan);
-    }
+        let (facts, sequence) = facts();
+        plan = convert::plan(&facts).or_raise();
+        if plan.is_empty() {
+            return SetOfIterator::new(plan);
+        }
+        (facts, sequence)
+    };
     let largest = spi(Spi::get_one::<i64>(&format!(
         "SELECT max({})::bigint FROM {}",
         facts.target.column, facts.target.table
