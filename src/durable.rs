@@ -418,7 +418,8 @@ fn publish(st: &State, w: Written, budget_ms: u64) -> Result<u64, Failure> {
 /// synchronous standby has not confirmed the last mark for `max_wait`.
 pub fn standby_problem(st: &State, max_wait_ms: u64) -> Option<Failure> {
     let since = st.standby_wait_since_ms.load(Ordering::Relaxed);
-    (since != 0 && wal::sync_standbys_named() && now_ms() - since >= max_wait_ms as i64).then(|| wal::standby_silent(max_wait_ms))
+    (since != 0 && wal::sync_standbys_named() && now_ms() - since >= max_wait_ms as i64)
+        .then(|| wal::standby_silent(max_wait_ms))
 }
 
 /// Whether the background writer should log the mark again: recovery from

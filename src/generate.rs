@@ -55,7 +55,10 @@ impl Env for Backend<'_> {
             self.cfg,
             &self.lim,
             now_tick,
-            Trigger::Caller { through_tick, budget_ms },
+            Trigger::Caller {
+                through_tick,
+                budget_ms,
+            },
         )
     }
 
@@ -177,7 +180,8 @@ impl Tally {
         // Written only when the furthest lead grows: a read of a line nobody
         // writes costs callers nothing while IDs run ahead after a step back.
         if self.ahead_ms > 0 && self.ahead_ms as u64 > c.largest_lead_ms.load(Ordering::Relaxed) {
-            c.largest_lead_ms.fetch_max(self.ahead_ms as u64, Ordering::Relaxed);
+            c.largest_lead_ms
+                .fetch_max(self.ahead_ms as u64, Ordering::Relaxed);
         }
     }
 }

@@ -60,8 +60,10 @@ const POLICY_NAMES: [&CStr; 2] = [c"snowflake_id.max_lead", c"snowflake_id.max_w
 /// finds the setting gone from the configuration files. With it, whether
 /// the rejected text came from the files (rather than the command line,
 /// which no reload changes).
-static POLICY_PROBLEM: ProcessLocal<RefCell<[Option<(Failure, bool)>; 2]>> =
+static POLICY_PROBLEM: ProcessLocal<RefCell<[Option<PolicyProblem>; 2]>> =
     ProcessLocal(RefCell::new([None, None]));
+/// A rejected wait setting, and whether its text came from the files.
+type PolicyProblem = (Failure, bool);
 /// The configuration load (`pg_conf_load_time()`) the problems were last
 /// worked out for.
 static PROBLEMS_SEEN_AT: ProcessLocal<Cell<pg_sys::TimestampTz>> = ProcessLocal(Cell::new(0));
@@ -72,13 +74,19 @@ static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 /// unreadable: only for sizing, where a setting always has a value).
 #[cfg_attr(not(any(feature = "pg13", feature = "pg14")), allow(dead_code))]
 pub fn int_setting(name: &str) -> i32 {
-    let Ok(name) = CString::new(name) else { return 0 };
+    let Ok(name) = CString::new(name) else {
+        return 0;
+    };
     // SAFETY: reading a setting's current value as text.
     let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
     if p.is_null() {
         return 0;
     }
-    unsafe { CStr::from_ptr(p) }.to_str().ok().and_then(|t| t.parse().ok()).unwrap_or(0)
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The raw text a setting had in the configuration before it was defined.
@@ -113,7 +121,9 @@ fn parse_with(
 fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, String> {
     let mut value = 0;
     // SAFETY: parse_int only reads the string and writes the two outputs.
-    parse_with(text, "integer", |t, hint| unsafe { pg_sys::parse_int(t, &mut value, flags, hint) })?;
+    parse_with(text, "integer", |t, hint| unsafe {
+        pg_sys::parse_int(t, &mut value, flags, hint)
+    })?;
     if value < min || value > max {
         return Err(format!("it is outside the range {min} .. {max}"));
     }
@@ -124,7 +134,9 @@ fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, 
 fn parse_real_setting(text: &str, flags: i32, min: f64, max: f64) -> Result<f64, String> {
     let mut value = 0.0;
     // SAFETY: parse_real only reads the string and writes the two outputs.
-    parse_with(text, "number", |t, hint| unsafe { pg_sys::parse_real(t, &mut value, flags, hint) })?;
+    parse_with(text, "number", |t, hint| unsafe {
+        pg_sys::parse_real(t, &mut value, flags, hint)
+    })?;
     if !(min..=max).contains(&value) {
         return Err(format!("it is outside the range {min} .. {max} ms"));
     }
@@ -184,14 +196,38 @@ fn configured_in_files(name: &CStr) -> Option<String> {
         .ok()?;
         let level = pg_sys::DEBUG2 as i32;
         let main_ok = !pg_sys::ConfigFileName.is_null()
-            && pg_sys::ParseConfigFile(pg_sys::ConfigFileName, true, std::ptr::null(), 0, 0, level, &mut head, &mut tail);
-        let auto_ok = pg_sys::ParseConfigFile(auto_conf.as_ptr(), false, std::ptr::null(), 0, 0, level, &mut head, &mut tail);
+            && pg_sys::ParseConfigFile(
+                pg_sys::ConfigFileName,
+                true,
+                std::ptr::null(),
+                0,
+                0,
+                level,
+                &mut head,
+                &mut tail,
+            );
+        let auto_ok = pg_sys::ParseConfigFile(
+            auto_conf.as_ptr(),
+            false,
+            std::ptr::null(),
+            0,
+            0,
+            level,
+            &mut head,
+            &mut tail,
+        );
         let mut found = None;
         let mut item = head;
         while !item.is_null() {
             let v = &*item;
-            if !v.ignore && !v.name.is_null() && CStr::from_ptr(v.name).to_bytes().eq_ignore_ascii_case(name.to_bytes()) {
-                found = (!v.value.is_null()).then(|| CStr::from_ptr(v.value).to_string_lossy().into_owned());
+            if !v.ignore
+                && !v.name.is_null()
+                && CStr::from_ptr(v.name)
+                    .to_bytes()
+                    .eq_ignore_ascii_case(name.to_bytes())
+            {
+                found = (!v.value.is_null())
+                    .then(|| CStr::from_ptr(v.value).to_string_lossy().into_owned());
             }
             item = v.next;
         }
@@ -217,10 +253,10 @@ fn recheck_policy_problems() {
         return;
     }
     PROBLEMS_SEEN_AT.0.set(stamp);
-    for which in 0..POLICY_NAMES.len() {
+    for (which, name) in POLICY_NAMES.iter().enumerate() {
         let from_command_line = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, false)));
         if !from_command_line {
-            let text = configured_in_files(POLICY_NAMES[which]);
+            let text = configured_in_files(name);
             let problem = text.as_deref().and_then(|t| policy_text_problem(which, t));
             set_policy_problem(which, problem, true);
         }
@@ -381,12 +417,21 @@ pub fn define() {
 
     for (i, raw) in raw_policy.into_iter().enumerate() {
         let from_files = raw.is_some() && configured_in_files(POLICY_NAMES[i]) == raw;
-        set_policy_problem(i, raw.as_deref().and_then(|t| policy_text_problem(i, t)), from_files);
+        set_policy_problem(
+            i,
+            raw.as_deref().and_then(|t| policy_text_problem(i, t)),
+            from_files,
+        );
     }
     PROBLEMS_SEEN_AT.0.set(reload_stamp());
 
     let worker_id = int_from_configuration("snowflake_id.worker_id", raw_worker, &WORKER_ID, "1");
-    let offset = int_from_configuration("snowflake_id.worker_id_offset", raw_offset, &WORKER_ID_OFFSET, "0");
+    let offset = int_from_configuration(
+        "snowflake_id.worker_id_offset",
+        raw_offset,
+        &WORKER_ID_OFFSET,
+        "0",
+    );
     let host = host_name();
     let source_text = string_setting(&WORKER_ID_SOURCE);
     let layout_text = string_setting(&LAYOUT);
@@ -401,9 +446,7 @@ pub fn define() {
         host_name: host.as_deref(),
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1, 0)));
-    let _ = CONFIG.set(
-        worker_id.and_then(|w| offset.and_then(|o| config::configure(&raw(w, o)))),
-    );
+    let _ = CONFIG.set(worker_id.and_then(|w| offset.and_then(|o| config::configure(&raw(w, o)))));
     reserve_prefix();
     warn_of_names_in_another_case();
 }
@@ -417,7 +460,10 @@ fn int_from_configuration(
     setting: &GucSetting<i32>,
     example: &str,
 ) -> Result<i32, Failure> {
-    match raw.as_deref().map(|t| parse_int_setting(t, 0, i32::MIN, i32::MAX)) {
+    match raw
+        .as_deref()
+        .map(|t| parse_int_setting(t, 0, i32::MIN, i32::MAX))
+    {
         Some(Ok(v)) => Ok(v),
         Some(Err(why)) => Err(Failure::new(
             Class::InvalidParameter,
@@ -426,7 +472,9 @@ fn int_from_configuration(
                 raw.unwrap_or_default()
             ),
         )
-        .hint(format!("ALTER SYSTEM SET {name} = {example}; then restart PostgreSQL."))),
+        .hint(format!(
+            "ALTER SYSTEM SET {name} = {example}; then restart PostgreSQL."
+        ))),
         None => Ok(setting.get()),
     }
 }
@@ -456,7 +504,9 @@ pub fn server_name() -> String {
         (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
     };
     cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
-        format!("{}:{}", host_name().unwrap_or_default(), unsafe { pg_sys::PostPortNumber })
+        format!("{}:{}", host_name().unwrap_or_default(), unsafe {
+            pg_sys::PostPortNumber
+        })
     })
 }
 

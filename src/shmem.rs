@@ -138,10 +138,15 @@ fn slot_count() -> u64 {
     // worked out MaxBackends: add it up from the settings it is made of
     // (read by name: pgrx does not bind all of their variables there).
     #[cfg(any(feature = "pg13", feature = "pg14"))]
-    let backends = ["max_connections", "autovacuum_max_workers", "max_worker_processes", "max_wal_senders"]
-        .iter()
-        .map(|name| crate::settings::int_setting(name))
-        .sum::<i32>()
+    let backends = [
+        "max_connections",
+        "autovacuum_max_workers",
+        "max_worker_processes",
+        "max_wal_senders",
+    ]
+    .iter()
+    .map(|name| crate::settings::int_setting(name))
+    .sum::<i32>()
         + 1;
     #[cfg(not(any(feature = "pg13", feature = "pg14")))]
     // SAFETY: MaxBackends is final by the time shared memory is requested.

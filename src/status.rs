@@ -99,7 +99,10 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         cfg.as_ref()
             .ok()
             .map(|c| pg_sys::Datum::from(c.worker_id as i32)),
-        cfg.as_ref().ok().map(|c| c.worker_id_origin.as_str()).into_datum(),
+        cfg.as_ref()
+            .ok()
+            .map(|c| c.worker_id_origin.as_str())
+            .into_datum(),
         layout.map(|l| l.describe()).into_datum(),
         layout.and_then(|l| ts(l.epoch_ms())),
         problem.into_datum(),
@@ -107,9 +110,9 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         last.and_then(|(_, t)| ts(t)),
         // From the counter, not last_id: after a restart or
         // snowflake_resume_above it is where the next ID starts from.
-        layout
-            .filter(|_| st.gen.next() > 0)
-            .and_then(|l| interval_ms(l.tick_start_ms((st.gen.next() - 1) >> l.sequence_bits()) - now)),
+        layout.filter(|_| st.gen.next() > 0).and_then(|l| {
+            interval_ms(l.tick_start_ms((st.gen.next() - 1) >> l.sequence_bits()) - now)
+        }),
         interval_ms(c.largest_lead_ms.load(Ordering::Relaxed) as i64),
         mark_end.and_then(ts),
         (mark != NO_MARK)

@@ -135,13 +135,22 @@ pub fn sync_standbys_named() -> bool {
 /// failure. Either way the mark stays unpublished. The wait is bounded,
 /// unlike a commit's, because a caller asked for an ID, and `problem` in
 /// the status says when a mark has waited longer than `max_wait`.
-pub fn confirm(since: &AtomicI64, lsn: Option<u64>, budget_ms: u64) -> Result<Option<u64>, Failure> {
+pub fn confirm(
+    since: &AtomicI64,
+    lsn: Option<u64>,
+    budget_ms: u64,
+) -> Result<Option<u64>, Failure> {
     let Some(lsn) = lsn.filter(|_| sync_standbys_named()) else {
         since.store(0, Ordering::Relaxed);
         return Ok(None);
     };
     let started = Instant::now();
-    let _ = since.compare_exchange(0, crate::clock::now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+    let _ = since.compare_exchange(
+        0,
+        crate::clock::now_ms(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     loop {
         // SAFETY: WalSndCtl lives as long as the server; the flush position
         // synchronous standbys confirmed only grows, and an aligned 8-byte

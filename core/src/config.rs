@@ -216,7 +216,10 @@ mod tests {
             })
         };
         let c = from_host("pg-31", 0, "js53").unwrap();
-        assert_eq!((c.worker_id, c.worker_id_origin.as_str()), (31, "host name \"pg-31\""));
+        assert_eq!(
+            (c.worker_id, c.worker_id_origin.as_str()),
+            (31, "host name \"pg-31\"")
+        );
         let e = from_host("pg-30", 2, "js53").unwrap_err();
         assert_eq!(e.class, Class::InvalidParameter);
         assert_eq!(
@@ -224,8 +227,14 @@ mod tests {
             "the worker id 32 from the host name \"pg-30\" (30 + snowflake_id.worker_id_offset 2) does not fit the 5 worker bits of the js53 layout (0 to 31)"
         );
         assert!(e.hint.unwrap().contains("snowflake_id.worker_id_offset"));
-        assert!(from_host("pg-0", -1, "js53").unwrap_err().message.contains("worker id -1 from"));
-        assert!(from_host("pg-99999999999999999999", 0, "snowflake_id").unwrap_err().message.contains("beyond any layout"));
+        assert!(from_host("pg-0", -1, "js53")
+            .unwrap_err()
+            .message
+            .contains("worker id -1 from"));
+        assert!(from_host("pg-99999999999999999999", 0, "snowflake_id")
+            .unwrap_err()
+            .message
+            .contains("beyond any layout"));
     }
 
     #[test]
@@ -233,7 +242,12 @@ mod tests {
         for layout in ["snowflake_id", "time=41,worker=10,sequence=12,unit=1ms"] {
             let e = configure(&raw(1, layout, "-9223372036854775808", true)).unwrap_err();
             assert_eq!(e.class, Class::InvalidParameter);
-            assert!(e.message.contains("before the earliest time a timestamptz can hold"), "{}", e.message);
+            assert!(
+                e.message
+                    .contains("before the earliest time a timestamptz can hold"),
+                "{}",
+                e.message
+            );
         }
     }
 

@@ -387,7 +387,12 @@ pub fn generate<E: Env>(
                     if wait > budget.left_ms() {
                         let last = (t.first + t.count - 1) >> lim.sequence_bits;
                         let behind = (layout.tick_start_ms(last) - now).max(0) as u64;
-                        return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
+                        return Err(env.fail(clock_behind(
+                            policy,
+                            behind,
+                            wait,
+                            budget.waited_ms(),
+                        )));
                     }
                     budget.waited_us += env.wait_ms(wait)?;
                     now = env.now_ms();
@@ -917,9 +922,17 @@ mod tests {
     impl BesideAHog {
         fn hog_takes_all(&mut self) {
             let lim = self.inner.lim;
-            while let Some(Ok(_)) = take_at(&self.inner.shared, &self.layout, &lim, self.inner.now, u64::MAX >> 1) {}
+            while let Some(Ok(_)) = take_at(
+                &self.inner.shared,
+                &self.layout,
+                &lim,
+                self.inner.now,
+                u64::MAX >> 1,
+            ) {}
             let now_tick = self.layout.tick_at_ms(self.inner.now).unwrap();
-            while self.queues_too && try_take(&self.inner.shared, &lim, now_tick, 64, 1000).is_ok() {}
+            while self.queues_too && try_take(&self.inner.shared, &lim, now_tick, 64, 1000).is_ok()
+            {
+            }
         }
     }
 
@@ -948,7 +961,11 @@ mod tests {
         let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
         let shared = inner.shared.clone();
         shared.publish_durable(1 << 30);
-        let mut env = BesideAHog { inner, layout, queues_too: false };
+        let mut env = BesideAHog {
+            inner,
+            layout,
+            queues_too: false,
+        };
         env.hog_takes_all();
         let hogged = shared.next();
         for _ in 0..50 {
@@ -968,7 +985,11 @@ mod tests {
         let policy = Policy::new(&layout, 10, 100).unwrap();
         let (inner, shared) = world(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
         shared.publish_durable(1 << 30);
-        let mut env = BesideAHog { inner, layout, queues_too: true };
+        let mut env = BesideAHog {
+            inner,
+            layout,
+            queues_too: true,
+        };
         for _ in 0..50 {
             env.hog_takes_all();
             let mut got = vec![];
@@ -990,16 +1011,27 @@ mod tests {
         let inner = env_for(&layout, &policy, DEFAULT_EPOCH_MS + 5000);
         let shared = inner.shared.clone();
         shared.publish_durable(1 << 30);
-        let mut env = BesideAHog { inner, layout, queues_too: false };
+        let mut env = BesideAHog {
+            inner,
+            layout,
+            queues_too: false,
+        };
         // 30 ticks of IDs fit within max_wait when nobody else asks, so the
         // batch starts; beside the hog it gets a sliver per tick and gives up
         // once its waits add up to max_wait.
         let e = generate(&shared, &layout, &policy, &mut env, 16 * 30, |_| {}).unwrap_err();
         assert_eq!(e.class, Class::NotReady);
-        assert!(env.inner.waited <= 100, "waited {} ms in all", env.inner.waited);
+        assert!(
+            env.inner.waited <= 100,
+            "waited {} ms in all",
+            env.inner.waited
+        );
         assert!(env.inner.waits > 1);
         assert!(
-            e.detail.as_deref().unwrap().contains("bounds all of one call's waits together"),
+            e.detail
+                .as_deref()
+                .unwrap()
+                .contains("bounds all of one call's waits together"),
             "{:?}",
             e.detail
         );
@@ -1012,9 +1044,25 @@ mod tests {
         let (mut env, shared) = world(&js53, &policy, js53.epoch_ms() + 86_400_000);
         let e = generate(&shared, &js53, &policy, &mut env, 1_000_000, |_| {}).unwrap_err();
         assert_eq!(e.class, Class::NotReady);
-        assert!(e.message.starts_with("a batch of 1000000 IDs would have to wait"), "{}", e.message);
-        assert!(e.detail.as_deref().unwrap().contains("65536 IDs per second"), "{:?}", e.detail);
-        assert_eq!((shared.next(), env.waits), (0, 0), "a refused batch took IDs or waited");
+        assert!(
+            e.message
+                .starts_with("a batch of 1000000 IDs would have to wait"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.detail
+                .as_deref()
+                .unwrap()
+                .contains("65536 IDs per second"),
+            "{:?}",
+            e.detail
+        );
+        assert_eq!(
+            (shared.next(), env.waits),
+            (0, 0),
+            "a refused batch took IDs or waited"
+        );
         // What fits in the lead is one run, taken in one step.
         let mut runs = vec![];
         generate(&shared, &js53, &policy, &mut env, 600_000, |t| runs.push(t)).unwrap();
@@ -1079,7 +1127,7 @@ mod tests {
         assert!(hint.contains("max_lead = '41d'"), "{hint}");
         // The hint can be followed: 41 days is a lead the setting takes.
         let wider = Policy::new(&layout, 41 * 86_400_000, 1000).unwrap();
-        assert!(41 * 86_400_000 <= MAX_LEAD_LIMIT_MS);
+        const { assert!(41 * 86_400_000 <= MAX_LEAD_LIMIT_MS) };
         generate(&shared, &layout, &wider, &mut env, 1, |_| {}).unwrap();
     }
 
@@ -1138,7 +1186,8 @@ mod tests {
                         sh.publish_durable(res.target(&sh, &lim, now_tick, 0));
                     }
                 }
-                if let Err(Blocked::NeedDurable { through_tick }) = try_take(&sh, &lim, now_tick, 1, 0)
+                if let Err(Blocked::NeedDurable { through_tick }) =
+                    try_take(&sh, &lim, now_tick, 1, 0)
                 {
                     caller_writes += 1;
                     sh.publish_durable(res.target(&sh, &lim, now_tick, through_tick));

@@ -594,7 +594,11 @@ impl Layout {
             )
             .hint(format!(
                 "Give a time {side} {bound}, or clamp it to that first (with {}).",
-                if side == "at or after" { "greatest" } else { "least" }
+                if side == "at or after" {
+                    "greatest"
+                } else {
+                    "least"
+                }
             ))
         };
         if since < 0 {
@@ -703,8 +707,15 @@ mod tests {
             (397_177_100_697_620_500, 94_694_400_000),
         ] {
             let d = p.decode(id).unwrap();
-            assert_eq!((d.unix_ms - 1_672_531_200_000, d.worker, d.sequence), (ms, 5, 20));
-            let back = p.compose(Parts { tick: ms as u64, worker: 5, sequence: 20 });
+            assert_eq!(
+                (d.unix_ms - 1_672_531_200_000, d.worker, d.sequence),
+                (ms, 5, 20)
+            );
+            let back = p.compose(Parts {
+                tick: ms as u64,
+                worker: 5,
+                sequence: 20,
+            });
             assert_eq!(back as i64, id);
         }
         assert_eq!(
@@ -737,10 +748,13 @@ mod tests {
         assert_eq!(at(DEFAULT_EPOCH_MS), 0);
         assert_eq!(at(DEFAULT_EPOCH_MS + 1), 1 << 22);
         assert_eq!(
-            l.lower_bound(i128::from(DEFAULT_EPOCH_MS + 1) * 1000 + 999).unwrap(),
+            l.lower_bound(i128::from(DEFAULT_EPOCH_MS + 1) * 1000 + 999)
+                .unwrap(),
             1 << 22
         );
-        let e = l.lower_bound(i128::from(DEFAULT_EPOCH_MS) * 1000 - 1).unwrap_err();
+        let e = l
+            .lower_bound(i128::from(DEFAULT_EPOCH_MS) * 1000 - 1)
+            .unwrap_err();
         assert_eq!(e.class, Class::TimeOutOfRange);
         assert!(
             e.message.contains("2024-12-31 23:59:59.999+00"),
@@ -770,23 +784,43 @@ mod tests {
     #[test]
     fn epochs_a_timestamptz_cannot_hold_are_refused() {
         let spec = |epoch: &str| {
-            Layout::from_argument(&format!("time=41,worker=10,sequence=12,unit=1ms,epoch={epoch}"))
+            Layout::from_argument(&format!(
+                "time=41,worker=10,sequence=12,unit=1ms,epoch={epoch}"
+            ))
         };
         for epoch in ["-9223372036854775808", "-210866803200001"] {
             let e = spec(epoch).unwrap_err();
             assert_eq!(e.class, Class::InvalidParameter);
-            assert!(e.message.contains("before the earliest time a timestamptz can hold"), "{}", e.message);
-            assert!(e.hint.unwrap().contains("from 4714-11-24 00:00:00+00 BC to "));
+            assert!(
+                e.message
+                    .contains("before the earliest time a timestamptz can hold"),
+                "{}",
+                e.message
+            );
+            assert!(e
+                .hint
+                .unwrap()
+                .contains("from 4714-11-24 00:00:00+00 BC to "));
         }
         // Postgres' MIN_TIMESTAMP itself is fine.
-        assert_eq!(spec("-210866803200000").unwrap().epoch_ms(), -210_866_803_200_000);
+        assert_eq!(
+            spec("-210866803200000").unwrap().epoch_ms(),
+            -210_866_803_200_000
+        );
         // The latest epoch leaves the whole range inside END_TIMESTAMP.
         let span = (1i64 << 41) as i128;
         let latest = (PG_MAX_UNIX_MS + 1 - span) as i64;
         assert!(spec(&latest.to_string()).is_ok());
         let e = spec(&(latest + 1).to_string()).unwrap_err();
-        assert!(e.message.contains("runs past the latest time"), "{}", e.message);
-        assert!(e.hint.unwrap().contains(&format!("Unix ms -210866803200000 to {latest}")));
+        assert!(
+            e.message.contains("runs past the latest time"),
+            "{}",
+            e.message
+        );
+        assert!(e
+            .hint
+            .unwrap()
+            .contains(&format!("Unix ms -210866803200000 to {latest}")));
         let e = Layout::from_argument("time=63,worker=0,sequence=0,unit=1s,epoch=0").unwrap_err();
         assert!(e.hint.unwrap().contains("no epoch fits"));
     }

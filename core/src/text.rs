@@ -135,7 +135,13 @@ impl Encoding {
             let d = u8::try_from(c)
                 .ok()
                 .and_then(|b| self.digit(b))
-                .ok_or_else(|| invalid(format!("'{}' at position {} is not in the alphabet", c.escape_debug(), i + 1)))?;
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "'{}' at position {} is not in the alphabet",
+                        c.escape_debug(),
+                        i + 1
+                    ))
+                })?;
             v = v * base + u128::from(d);
         }
         i64::try_from(v).map_err(|_| {
@@ -208,15 +214,33 @@ mod tests {
         assert!(e.hint.unwrap().contains("exactly 11 characters"));
         let e = Encoding::Base32.decode("00000000000U0").unwrap_err();
         assert!(e.message.contains("'U' at position 12"), "{}", e.message);
-        for bad in ["-000000000000001", " 00000000000000f", "00000000000000g0", "0000000000000é0"] {
-            assert_eq!(Encoding::Hex.decode(bad).unwrap_err().class, Class::InvalidText, "{bad}");
+        for bad in [
+            "-000000000000001",
+            " 00000000000000f",
+            "00000000000000g0",
+            "0000000000000é0",
+        ] {
+            assert_eq!(
+                Encoding::Hex.decode(bad).unwrap_err().class,
+                Class::InvalidText,
+                "{bad}"
+            );
         }
         let e = Encoding::Base62.decode("zzzzzzzzzzz").unwrap_err();
         assert_eq!(e.class, Class::IdOutOfRange);
         assert!(e.hint.unwrap().contains("AzL8n0Y58m7"));
-        assert_eq!(Encoding::Hex.decode("8000000000000000").unwrap_err().class, Class::IdOutOfRange);
-        assert_eq!(Encoding::Hex.encode(-1).unwrap_err().class, Class::IdOutOfRange);
-        assert_eq!(Encoding::parse("base64").unwrap_err().class, Class::InvalidParameter);
+        assert_eq!(
+            Encoding::Hex.decode("8000000000000000").unwrap_err().class,
+            Class::IdOutOfRange
+        );
+        assert_eq!(
+            Encoding::Hex.encode(-1).unwrap_err().class,
+            Class::IdOutOfRange
+        );
+        assert_eq!(
+            Encoding::parse("base64").unwrap_err().class,
+            Class::InvalidParameter
+        );
         assert_eq!(Encoding::parse(" Base62 ").unwrap(), Encoding::Base62);
     }
 

@@ -312,7 +312,10 @@ mod tests {
             assert_eq!(parse_instant(&format_instant(ms)), Ok(ms), "{ms}");
         }
         assert_eq!(format_instant(1_735_689_600_000), "2025-01-01 00:00:00+00");
-        assert_eq!(format_instant(-210_866_803_200_000), "4714-11-24 00:00:00+00 BC");
+        assert_eq!(
+            format_instant(-210_866_803_200_000),
+            "4714-11-24 00:00:00+00 BC"
+        );
         assert_eq!(
             format_instant(1_288_834_974_657),
             "2010-11-04 01:42:54.657+00"
