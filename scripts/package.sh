@@ -39,7 +39,7 @@ fi
 export SOURCE_DATE_EPOCH=$commit_time
 arch=$(dpkg --print-architecture)
 out="${SNOWFLAKE_PACKAGE_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/debian}"
-majors="${*:-$SYSTEM_MAJOR $OTHER_MAJORS}"
+majors="${*:-$SYSTEM_MAJOR $AVAILABLE_MAJORS}"
 mkdir -p "$out"
 
 pg_config_of() {

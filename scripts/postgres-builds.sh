@@ -1,91 +1,211 @@
 #!/usr/bin/env bash
 # Builds the PostgreSQL majors Debian 12 does not package (13, 17, 18) from
-# the upstream tarballs Debian's source packages hold (13 in bullseye, 17 in
-# trixie, 18 in sid; binary packages of those suites need a newer C library
-# than Debian 12's), into a cache outside the repository keyed by the exact
-# version, so a second run reuses them.
+# the upstream tarballs Debian's source packages hold, into a cache outside
+# the repository keyed by the exact version and build recipe, so a second
+# run reuses them. (Binary packages of the newer suites need a newer C
+# library than Debian 12's, hence source.)
 #
 #   scripts/postgres-builds.sh [MAJOR...]      (default: 13 17 18)
 #
+# Mirrors lag behind their own indexes, and suites move on, so for each
+# major every suite that carries it is asked (newest version first), the
+# tarball is fetched from the archive that serves it and checked against the
+# sha256 of the signed index (apt verifies the index's signature), and where
+# no index entry is served, the tarballs pinned in
+# scripts/postgres-sources.pinned (checksums from Debian's signed .dsc files)
+# are tried. A major none of them serves is reported as unavailable and
+# skipped, unless it is listed in SNOWFLAKE_REQUIRED_MAJORS: then the script
+# fails, saying why.
+#
 # Afterwards $SNOWFLAKE_PG_CACHE/<major>/bin/pg_config (default cache:
-# /var/cache/snowflake_id/postgres) points at each build. Run as root; safe
-# to run again.
+# /var/cache/snowflake_id/postgres) points at each build, and
+# $SNOWFLAKE_BUILDS_REPORT (if set) holds one line per major asked:
+#   <major> available <version>
+#   <major> unavailable <reason>
+#
+# Overrides, for tests of this script: SNOWFLAKE_PG_SUITES_<major> (the
+# suites to ask), SNOWFLAKE_PG_PINS (the pinned list). Run as root; safe to
+# run again.
 set -euo pipefail
 
 CACHE="${SNOWFLAKE_PG_CACHE:-/var/cache/snowflake_id/postgres}"
+PINS="${SNOWFLAKE_PG_PINS:-$(dirname "$0")/postgres-sources.pinned}"
+REPORT="${SNOWFLAKE_BUILDS_REPORT:-/dev/null}"
+REQUIRED=" ${SNOWFLAKE_REQUIRED_MAJORS-} "
+MIRROR=http://deb.debian.org
+# The build recipe: raised when the configure line below changes, so that a
+# cached build made the old way is not taken for one made the new way.
+RECIPE=r2
 majors=("$@")
 ((${#majors[@]})) || majors=(13 17 18)
 
 say() { printf '\n==> %s\n' "$*"; }
+loud() { printf '\n!!! %s\n' "$*" >&2; }
 
-suite_of() {
+# Every suite that has carried the major, newest first; the security
+# suites live in another archive (debian-security).
+suites_of() {
+    local override="SNOWFLAKE_PG_SUITES_$1"
+    if [[ -n ${!override+set} ]]; then
+        echo "${!override}"
+        return
+    fi
     case "$1" in
-        13) echo bullseye ;;
-        17) echo trixie ;;
-        18) echo sid ;;
-        *) echo "postgres-builds.sh: no Debian source package is used for PostgreSQL $1" >&2; exit 1 ;;
+        13) echo "bullseye-security bullseye" ;;
+        17) echo "trixie-security trixie-updates trixie forky sid" ;;
+        18) echo "sid forky trixie-backports" ;;
+        *) echo "" ;;
     esac
 }
+archive_of() { [[ $1 == *-security ]] && echo debian-security || echo debian; }
 
-# A private apt configuration: deb-src lines for other suites must not reach
-# the system's own sources.
-APT="$CACHE/apt"
-mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$CACHE/src"
-: >"$APT/sources.list"
-for m in "${majors[@]}"; do
-    echo "deb-src http://deb.debian.org/debian $(suite_of "$m") main" >>"$APT/sources.list"
-done
-apt_opts=(-o "Dir::Etc::SourceList=$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null -o APT::Sandbox::User=root
-    -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache")
-
-# Built once per version; the lists are refreshed only when a build is missing.
-version_of() {
-    apt-cache "${apt_opts[@]}" showsrc "postgresql-$1" 2>/dev/null |
-        sed -n 's/^Version: \(.*\)-[^-]*$/\1/p' | sed 's/^[0-9]*://' | sort -V | tail -n 1
-}
 # Complete once contrib is in: configure puts the libraries in prefix/lib, or
 # in prefix/lib/postgresql when the prefix names no "postgres" or "pgsql".
 built() { [[ -x "$1/bin/pg_config" && -f "$("$1/bin/pg_config" --pkglibdir)/pg_stat_statements.so" ]]; }
+# A cached build of this major made by this recipe, whatever its version.
+cached() { [[ -L "$CACHE/$1" && $(readlink "$CACHE/$1") == *"-$RECIPE" ]] && built "$CACHE/$1"; }
+
+# A private apt configuration: deb-src lines for other suites must not reach
+# the system's own sources. apt checks each index's signature against the
+# Debian archive keys the system trusts.
+APT="$CACHE/apt"
+mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$CACHE/src"
+apt_opts=(-o "Dir::Etc::SourceList=$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null -o APT::Sandbox::User=root
+    -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache")
+
+# "<version> <sha256> <size> <archive path>" of each orig tarball the indexes
+# list for the major, newest version first.
+indexed() {
+    apt-cache "${apt_opts[@]}" showsrc "postgresql-$1" 2>/dev/null | awk -v pkg="postgresql-$1" '
+        function flush() {
+            if (p == pkg && orig != "") {
+                u = v; sub(/^[0-9]+:/, "", u); sub(/-[^-]*$/, "", u)
+                print u, orig, d "/" name
+            }
+            p = ""; orig = ""; d = ""; sha = 0
+        }
+        /^Package: / { p = $2 }
+        /^Version: / { v = $2 }
+        /^Directory: / { d = $2 }
+        /^[A-Za-z0-9-]+:/ { sha = ($1 == "Checksums-Sha256:") }
+        sha && length($1) == 64 && $3 ~ /\.orig\.tar\./ { orig = $1 " " $2; name = $3 }
+        /^$/ { flush() }
+        END { flush() }' | sort -u | sort -t' ' -k1,1Vr
+}
+
+# The same from the pinned list: "<major> <version> <sha256> <size> <path>".
+pinned() {
+    [[ -r $PINS ]] || return 0
+    awk -v m="$1" '$1 == m && $0 !~ /^#/ { print $2, $3, $4, $5 }' "$PINS" | sort -t' ' -k1,1Vr
+}
+
+# Fetches one tarball, from whichever archive serves it, and checks it.
+# Prints the local file; fails (quietly) when no archive serves it intact.
+fetch() {
+    local sha=$1 size=$2 path=$3 file
+    file="$CACHE/src/$(basename "$path")"
+    if [[ -f $file ]] && echo "$sha  $file" | sha256sum -c --status; then
+        echo "$file"
+        return 0
+    fi
+    for archive in debian debian-security; do
+        if curl -fsSL --retry 2 --max-time 600 -o "$file.part" "$MIRROR/$archive/$path" 2>/dev/null; then
+            if [[ $(stat -c %s "$file.part") == "$size" ]] && echo "$sha  $file.part" | sha256sum -c --status; then
+                mv "$file.part" "$file"
+                echo "$file"
+                return 0
+            fi
+            loud "$MIRROR/$archive/$path does not match its checksum (sha256 $sha, $size bytes): not used"
+        fi
+    done
+    rm -f "$file.part"
+    return 1
+}
+
+build() {
+    local m=$1 version=$2 tarball=$3 prefix=$4
+    say "Building PostgreSQL $version (about 5 minutes on 2 cores)"
+    (
+        cd "$CACHE/src"
+        rm -rf "postgresql-$version"
+        tar -xf "$tarball"
+        cd "postgresql-$version"
+        # What the extension's build and tests need, and OpenSSL, as
+        # distribution packages have it (gen_random_uuid() and uuidv7() draw
+        # their randomness from it; the benchmark compares with them). No ICU,
+        # no readline.
+        ./configure --prefix="$prefix" --without-icu --without-readline --with-zlib --with-openssl -q
+        make -s -j"$(nproc)"
+        make -s install
+        # What the tests load besides the extension: pg_stat_statements (a
+        # second preloaded library) and pg_walinspect (15+: counts the
+        # mark's WAL records).
+        for module in pg_stat_statements pg_walinspect; do
+            if [[ -d "contrib/$module" ]]; then
+                make -s -C "contrib/$module" install
+            fi
+        done
+        cd .. && rm -rf "postgresql-$version"
+    )
+}
+
+: >"$REPORT"
+report() { echo "$*" >>"$REPORT"; }
 updated=false
+missing_required=()
 for m in "${majors[@]}"; do
-    if built "$CACHE/$m"; then
+    if cached "$m"; then
         echo "PostgreSQL $m: $("$CACHE/$m/bin/pg_config" --version) (cached in $CACHE/$m)"
+        report "$m available $("$CACHE/$m/bin/pg_config" --version | awk '{print $2}')"
         continue
     fi
     if ! $updated; then
+        # Built once per version; the lists are read only when a build is missing.
         say "Reading Debian's source package lists"
-        apt-get "${apt_opts[@]}" update -q
+        : >"$APT/sources.list"
+        for n in "${majors[@]}"; do
+            for s in $(suites_of "$n"); do
+                line="deb-src $MIRROR/$(archive_of "$s") $s main"
+                grep -qxF "$line" "$APT/sources.list" || echo "$line" >>"$APT/sources.list"
+            done
+        done
+        # A suite that is gone (or misspelt) fails its own lines only: the
+        # others are still read, and the candidates below say what is left.
+        apt-get "${apt_opts[@]}" update -q 2>&1 | grep -v '^\(Hit\|Get\|Ign\|Reading\)' || true
         updated=true
     fi
-    version=$(version_of "$m")
-    [[ -n "$version" ]] || { echo "no source package postgresql-$m found" >&2; exit 1; }
-    prefix="$CACHE/$m-$version"
-    if ! built "$prefix"; then
-        say "Building PostgreSQL $version (about 5 minutes on 2 cores)"
-        (
-            cd "$CACHE/src"
-            apt-get "${apt_opts[@]}" source --download-only -q "postgresql-$m" >/dev/null
-            tarball=$(ls "postgresql-${m}_${version}.orig.tar."* | head -n 1)
-            rm -rf "postgresql-$version"
-            tar -xf "$tarball"
-            cd "postgresql-$version"
-            # Only what the extension's build and tests need: no ICU, no readline.
-            ./configure --prefix="$prefix" --without-icu --without-readline --with-zlib -q
-            make -s -j"$(nproc)"
-            make -s install
-            # What the tests load besides the extension: pg_stat_statements (a
-            # second preloaded library) and pg_walinspect (15+: counts the
-            # mark's WAL records).
-            for module in pg_stat_statements pg_walinspect; do
-                if [[ -d "contrib/$module" ]]; then
-                    make -s -C "contrib/$module" install
-                fi
-            done
-            cd .. && rm -rf "postgresql-$version"
-        )
+    tried=()
+    found=""
+    while read -r version sha size path; do
+        [[ -n $version ]] || continue
+        prefix="$CACHE/$m-$version-$RECIPE"
+        if built "$prefix"; then
+            found=$version
+            break
+        fi
+        if tarball=$(fetch "$sha" "$size" "$path"); then
+            build "$m" "$version" "$tarball" "$prefix"
+            found=$version
+            break
+        fi
+        tried+=("$version ($path)")
+        echo "PostgreSQL $version: $(basename "$path") is listed but no archive serves it intact; trying the next source"
+    done < <(indexed "$m"; pinned "$m")
+    if [[ -z $found ]]; then
+        why="no source of PostgreSQL $m could be had (suites asked: $(suites_of "$m" | sed 's/ /, /g')${tried:+; listed but not served: ${tried[*]}})"
+        [[ -n $(suites_of "$m") ]] || why="no Debian suite is known to carry PostgreSQL $m"
+        loud "PostgreSQL $m is UNAVAILABLE: $why"
+        report "$m unavailable $why"
+        [[ $REQUIRED == *" $m "* ]] && missing_required+=("$m")
+        continue
     fi
-    ln -sfn "$prefix" "$CACHE/$m"
+    ln -sfn "$CACHE/$m-$found-$RECIPE" "$CACHE/$m"
     echo "PostgreSQL $m: $("$CACHE/$m/bin/pg_config" --version) (in $CACHE/$m)"
+    report "$m available $found"
 done
 # The servers of the tests run as postgres and load libraries from here.
 chmod -R a+rX "$CACHE"
+if ((${#missing_required[@]})); then
+    loud "PostgreSQL ${missing_required[*]} is required (SNOWFLAKE_REQUIRED_MAJORS=\"${SNOWFLAKE_REQUIRED_MAJORS-}\") but could not be had; see above. Drop it from SNOWFLAKE_REQUIRED_MAJORS to test the other majors without it."
+    exit 1
+fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything snowflake_id needs to build, test and benchmark on
 # Debian 12, as root: Debian packages, the Rust toolchain if missing,
-# cargo-pgrx 0.18.1, PostgreSQL 13, 17 and 18 built from Debian's source
-# packages (scripts/postgres-builds.sh, cached outside the repository), and
+# rustfmt and clippy, cargo-pgrx 0.18.1, PostgreSQL 13, 17 and 18 built from
+# Debian's source packages where their source can be had
+# (scripts/postgres-builds.sh, cached outside the repository), and
 # `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -48,6 +49,12 @@ if ! command -v cargo >/dev/null; then
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
 fi
 
+# The gates the test command runs first (cargo fmt, cargo clippy).
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    say "Installing rustfmt and clippy"
+    rustup component add rustfmt clippy
+fi
+
 if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     say "Installing cargo-pgrx $PGRX_VERSION (takes about 5 minutes)"
     cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
@@ -60,20 +67,26 @@ if [[ ! -f "$(dirname "$0")/../examples/node/node_modules/pg/package.json" ]]; t
 fi
 
 # The other majors the extension is built and tested on (the demo and the
-# benchmark need only the system's: they set SNOWFLAKE_OTHER_MAJORS="").
+# benchmark need only the system's: they set SNOWFLAKE_OTHER_MAJORS=""). A
+# major whose source cannot be had is reported and left out (see
+# postgres-builds.sh); SNOWFLAKE_BUILDS_REPORT, if set, receives the report.
+available=()
 if [[ -n "$OTHER_MAJORS" ]]; then
-    "$(dirname "$0")/postgres-builds.sh" $OTHER_MAJORS
+    report="${SNOWFLAKE_BUILDS_REPORT:-$(mktemp)}"
+    SNOWFLAKE_BUILDS_REPORT="$report" "$(dirname "$0")/postgres-builds.sh" $OTHER_MAJORS
+    mapfile -t available < <(awk '$2 == "available" { print $1 }' "$report")
+    [[ -n ${SNOWFLAKE_BUILDS_REPORT-} ]] || rm -f "$report"
 fi
 
 pgrx_args=("--pg$PG_MAJOR" "$PG_CONFIG")
-for m in $OTHER_MAJORS; do
+for m in "${available[@]}"; do
     pgrx_args+=("--pg$m" "$PG_CACHE/$m/bin/pg_config")
 done
 config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
 for ((i = 0; i < ${#pgrx_args[@]}; i += 2)); do
     key=${pgrx_args[i]#--}
     if ! grep -qsF "$key = \"${pgrx_args[i + 1]}\"" "$config"; then
-        say "Pointing pgrx at PostgreSQL 15 (system) and the builds of $OTHER_MAJORS"
+        say "Pointing pgrx at PostgreSQL $PG_MAJOR (system)${available[*]:+ and the builds of ${available[*]}}"
         cargo pgrx init "${pgrx_args[@]}"
         break
     fi

@@ -1,31 +1,116 @@
 #!/usr/bin/env bash
 # Sets up this machine (scripts/setup.sh) and runs every test:
-#   1. the pure-Rust core: unit and property tests (cargo test)
-#   2. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
-#   3. that sql/ holds the install script the code generates
-#   4. against real servers started for the purpose: pg_regress files,
-#      concurrency, crashes (kill -9), restarts, clock steps (libfaketime),
-#      bulk throttling, settings, replication between clusters (streaming,
-#      logical, pglogical), snowflake_convert under load, and the client
-#      examples in examples/ (Node.js, Python) (pytest, tests/*.py)
-#   5. the same on the other PostgreSQL majors (scripts/versions.sh): the
-#      #[pg_test] tests, the regression files and the update from 0.1.0 on
-#      each, and every real-server test on the newest
-#   6. the Debian packages (scripts/package.sh): their fields and files,
-#      each installed with apt and used by a fresh server (the other majors'
-#      beside a stand-in for postgresql-NN)
-# Safe to run again. Servers run as the postgres user under $SNOWFLAKE_TEST_DIR.
+#   1. gates: cargo fmt --check, cargo clippy -D warnings (every target)
+#   2. the pure-Rust core: unit and property tests (cargo test)
+#   3. that a PostgreSQL major nobody serves is skipped, said, and does not
+#      fail the run, and that a required one does (tests/test_builds.py)
+#   4. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
+#   5. that sql/ holds the install script the code generates
+#   6. against real servers started for the purpose: pg_regress files and
+#      the update from 0.1.0, then concurrency, crashes (kill -9), restarts,
+#      clock steps (libfaketime), bulk throttling, settings, replication
+#      between clusters (streaming, logical, pglogical), snowflake_convert
+#      under load, and the client examples in examples/ (pytest, tests/*.py)
+#   7. the same on the other PostgreSQL majors (scripts/versions.sh) whose
+#      source could be had: the #[pg_test] tests, the regression files and
+#      the update on each, and every real-server test on the newest
+#   8. the Debian packages (scripts/package.sh): their fields and files,
+#      each installed with apt and used by a fresh server
+# It ends with a table of what ran on which major, and why anything was
+# skipped. Safe to run again. Servers run as the postgres user under
+# $SNOWFLAKE_TEST_DIR.
+#
+# SNOWFLAKE_TEST_LAYERS (default: all) runs only the layers it names, from:
+# gates core fallback pg_test schema regress update server package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
-. scripts/versions.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
-PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
+LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server package} "
 started=$SECONDS
 
 step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
+wanted() { [[ $LAYERS == *" $1 "* ]]; }
+
+# What each layer did on each major, for the table at the end.
+declare -A result=()
+declare -a notes=()
+majors=()
+current=""
+# Runs one layer on one major ("all" where the major does not matter).
+layer() {
+    local major=$1 name=$2 title=$3
+    shift 3
+    wanted "$name" || return 0
+    step "$title"
+    current="$major $name"
+    "$@"
+    result[$major $name]=passed
+    current=""
+}
+skip() { result[$1 $2]="skipped ($3)"; }
+
+summary() {
+    local status=$?
+    [[ -n $current ]] && result[$current]=FAILED
+    local rows=(gates core fallback pg_test schema regress update server package)
+    declare -A title=([gates]="gates: fmt, clippy" [fallback]="fallback of sources" [core]="core: cargo test"
+        [pg_test]="#[pg_test]" [schema]="sql/ install script" [regress]="regression files"
+        [update]="update from 0.1.0" [server]="real-server tests" [package]="Debian package")
+    printf '\n==> Summary (%ds): each test layer on each PostgreSQL major\n\n' $((SECONDS - started))
+    printf '%-22s' "layer"
+    for m in "${majors[@]}"; do printf '%-22s' "$m"; done
+    printf '\n'
+    for r in "${rows[@]}"; do
+        printf '%-22s' "${title[$r]}"
+        for m in "${majors[@]}"; do
+            local v=${result[$m $r]-${result[all $r]-}}
+            if [[ -z $v ]]; then
+                if ! wanted "$r"; then v="not asked"; elif ((status)); then v="not run"; else v="-"; fi
+            fi
+            printf '%-22s' "$v"
+        done
+        printf '\n'
+    done
+    printf '\n'
+    for n in "${notes[@]}"; do printf '%s\n' "$n"; done
+    if ((status)); then
+        printf '\nFAILED (exit status %d)%s\n' "$status" "${current:+ in: $current}"
+    else
+        printf '\nAll tests that could run passed.\n'
+    fi
+}
+trap summary EXIT
+
+report="$(mktemp)"
+SNOWFLAKE_BUILDS_REPORT="$report" scripts/setup.sh
+. scripts/versions.sh
+PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
+# The majors this machine could have; the rest are said here and at the end.
+available=""
+majors=("$SYSTEM_MAJOR")
+for m in $OTHER_MAJORS; do
+    majors+=("$m")
+    if grep -q "^$m available" "$report"; then
+        available="$available $m"
+        continue
+    fi
+    why=$(sed -n "s/^$m unavailable //p" "$report")
+    for r in pg_test regress update server package; do skip "$m" "$r" "no source"; done
+    notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
+done
+rm -f "$report"
+export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
+# The newest major besides the system's gets every real-server test.
+newest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | tail -n 1)
+for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
+    [[ $m == "$newest" ]] || skip "$m" server "newest only"
+done
+for m in "${majors[@]}"; do
+    [[ $m == "$SYSTEM_MAJOR" ]] || result[$m schema]="-"
+done
+for n in "${notes[@]}"; do printf '\n%s\n' "$n" >&2; done
 
 # Servers left running by an interrupted earlier run would hold ports and files.
 if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
@@ -36,59 +121,78 @@ if [[ -d "$SNOWFLAKE_TEST_DIR" ]]; then
 fi
 mkdir -p "$SNOWFLAKE_TEST_DIR"
 chown postgres "$SNOWFLAKE_TEST_DIR"
-# What an interrupted package test left: its cluster, its packages (any
-# postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
-# put the development files back.
-dpkg --configure -a >/dev/null 2>&1 || true
-pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
-/usr/bin/python3 tests/test_packages.py --remove-stand-ins
-
-step "Core: unit and property tests"
-cargo test -p snowflake_id_core
-
-step "Extension: #[pg_test] tests in a real PostgreSQL"
-cargo pgrx test "pg$SYSTEM_MAJOR" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
-
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-step "sql/: the committed install script of $version matches what the code generates"
-cargo pgrx schema "pg$SYSTEM_MAJOR" -o "$SNOWFLAKE_TEST_DIR/schema.sql"
-# pgrx orders the items by a dependency walk that is not stable, and notes the
-# source line of each: compare the SQL lines alone.
-sql_lines() { grep -v '^-- src/' "$1" | sort; }
-if ! diff <(sql_lines "sql/snowflake_id--$version.sql") <(sql_lines "$SNOWFLAKE_TEST_DIR/schema.sql"); then
-    echo "sql/snowflake_id--$version.sql is stale: run cargo pgrx schema pg$SYSTEM_MAJOR -o sql/snowflake_id--$version.sql" >&2
-    exit 1
+if wanted package; then
+    # What an interrupted package test left: its cluster, its packages (any
+    # postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
+    # put the development files back.
+    dpkg --configure -a >/dev/null 2>&1 || true
+    pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
+    /usr/bin/python3 tests/test_packages.py --remove-stand-ins
 fi
 
-step "Installing the extension into the system PostgreSQL"
-cargo pgrx install --pg-config "$PG_CONFIG"
+pytest() { /usr/bin/python3 -m pytest -v -s -p no:cacheprovider "$@"; }
+gates() {
+    cargo fmt --all --check
+    # The same code the tests build: the shell with its #[pg_test] tests
+    # (pgrx's feature of the system major), and the core.
+    cargo clippy --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
+}
+schema() {
+    local version
+    version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+    cargo pgrx schema "pg$SYSTEM_MAJOR" -o "$SNOWFLAKE_TEST_DIR/schema.sql"
+    # pgrx orders the items by a dependency walk that is not stable, and notes the
+    # source line of each: compare the SQL lines alone.
+    sql_lines() { grep -v '^-- src/' "$1" | sort; }
+    if ! diff <(sql_lines "sql/snowflake_id--$version.sql") <(sql_lines "$SNOWFLAKE_TEST_DIR/schema.sql"); then
+        echo "sql/snowflake_id--$version.sql is stale: run cargo pgrx schema pg$SYSTEM_MAJOR -o sql/snowflake_id--$version.sql" >&2
+        return 1
+    fi
+}
+server_tests=(--ignore=tests/test_packages.py --ignore=tests/test_regress.py --ignore=tests/test_upgrade.py
+    --ignore=tests/test_builds.py)
 
-step "Real servers: regression files, concurrency, crashes, clock steps, settings"
-/usr/bin/python3 -m pytest -v -s -p no:cacheprovider --ignore=tests/test_packages.py tests/
+layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
+layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
+layer all fallback "A major nobody serves is skipped and said; a required one fails the run" \
+    pytest tests/test_builds.py
 
-for major in $OTHER_MAJORS; do
-    bin="$PG_CACHE/$major/bin"
-    step "PostgreSQL $major: #[pg_test] tests"
-    cargo pgrx test "pg$major" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$major"
-    step "PostgreSQL $major: installing the extension into its build"
-    cargo pgrx install --pg-config "$bin/pg_config"
-    chmod -R a+rX "$PG_CACHE/$major/"
+m=$SYSTEM_MAJOR
+layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests in a real PostgreSQL" \
+    cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
+layer "$m" schema "sql/: the committed install script matches what the code generates" schema
+if wanted regress || wanted update || wanted server; then
+    step "Installing the extension into the system PostgreSQL"
+    cargo pgrx install --pg-config "$PG_CONFIG"
+fi
+layer "$m" regress "PostgreSQL $m: regression files" pytest tests/test_regress.py
+layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/test_upgrade.py
+layer "$m" server "PostgreSQL $m: real servers: concurrency, crashes, clock steps, replication, settings" \
+    pytest "${server_tests[@]}" tests/
+
+for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
+    bin="$PG_CACHE/$m/bin"
+    layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests" \
+        cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$m"
+    if wanted regress || wanted update || wanted server; then
+        step "PostgreSQL $m: installing the extension into its build"
+        cargo pgrx install --pg-config "$bin/pg_config"
+        chmod -R a+rX "$PG_CACHE/$m/"
+    fi
     # pg_regress sits beside PGXS, wherever configure put the library
     # directory (prefix/lib, or prefix/lib/postgresql).
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
-    if [[ $major == "$NEWEST_MAJOR" ]]; then
-        step "PostgreSQL $major: every real-server test"
-        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider --ignore=tests/test_packages.py tests/
-    else
-        step "PostgreSQL $major: regression files, the update from 0.1.0"
-        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/test_regress.py tests/test_upgrade.py
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/test_regress.py
+    layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/test_upgrade.py
+    if [[ $m == "$newest" ]]; then
+        layer "$m" server "PostgreSQL $m: every real-server test" pytest "${server_tests[@]}" tests/
     fi
     unset PG_BIN PG_REGRESS
 done
 
-step "Packages: a release .deb per major"
-scripts/package.sh "$SYSTEM_MAJOR" $OTHER_MAJORS
-step "Packages: installed and used"
-/usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/test_packages.py
-
-step "All tests passed"
+package() {
+    scripts/package.sh "$SYSTEM_MAJOR" $SNOWFLAKE_AVAILABLE_MAJORS
+    pytest tests/test_packages.py
+    for m in $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=passed; done
+}
+layer "$SYSTEM_MAJOR" package "Packages: a release .deb per major, installed with apt and used" package

@@ -33,7 +33,9 @@ def _shell(script):
 
 
 VERSION = _shell("sed -n 's/^version = \"\\(.*\\)\"/\\1/p' Cargo.toml | head -n 1")
-SYSTEM_MAJOR, *OTHER_MAJORS = _shell(". scripts/versions.sh; echo $SYSTEM_MAJOR $OTHER_MAJORS").split()
+# The majors this run has builds of (test.sh leaves out those whose source
+# could not be had).
+SYSTEM_MAJOR, *OTHER_MAJORS = _shell(". scripts/versions.sh; echo $SYSTEM_MAJOR $AVAILABLE_MAJORS").split()
 PG_CACHE = _shell(". scripts/versions.sh; echo $PG_CACHE")
 ARCH = _shell("dpkg --print-architecture")
 PACKAGES = os.environ.get("SNOWFLAKE_PACKAGE_DIR") or os.path.join(
