@@ -58,6 +58,10 @@ REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
 GRANT SELECT ON snowflake_status TO pg_read_all_stats;
 
+-- Keeps snowflake_claims to the rows the claims worker and replication write.
+CREATE FUNCTION snowflake_claims_guard() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_claims_guard_wrapper';
+
 -- Which worker id each server issues IDs under: one row per server (system
 -- identifier), timeline and start (instance, random), kept by the claims
 -- worker of every server whose snowflake_id.claims_database names this
@@ -76,10 +80,17 @@ CREATE TABLE snowflake_claims (
     PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 
--- Written by the claims worker (as the bootstrap superuser) and by
--- replication; readable by monitoring roles, as the status is.
+-- Written by the claims worker and by replication alone (see
+-- snowflake_claims_guard); readable by monitoring roles, as the status is.
 REVOKE ALL ON snowflake_claims FROM PUBLIC;
 GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_claims
+    FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
+CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
+-- Fires for the rows replication applies as well, so that a claim arriving
+-- again replaces the copy held here.
+ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
 
 -- IDs as fixed-width text that sorts like the numbers (base62, Crockford
 -- base32, hex), and back.
@@ -91,7 +102,8 @@ CREATE FUNCTION snowflake_from_text(text text, encoding text) RETURNS bigint
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
 
--- Moves an existing table's key column to snowflake IDs; superusers only.
+-- Moves an existing table's key column to snowflake IDs, each statement as
+-- the owner of what it changes.
 CREATE FUNCTION snowflake_convert(
     tbl regclass,
     col name DEFAULT 'id',
@@ -99,5 +111,6 @@ CREATE FUNCTION snowflake_convert(
     drop_sequence boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
-REVOKE ALL ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) FROM PUBLIC;

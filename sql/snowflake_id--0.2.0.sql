@@ -23,7 +23,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:149
+-- src/status.rs:152
 -- What this server's generator is doing. VOLATILE: every call reads live
 -- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
@@ -64,32 +64,6 @@ CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:657
--- Which worker id each server issues IDs under: one row per server (system
--- identifier), timeline and start (instance, random), kept by the claims
--- worker of every server whose snowflake_id.claims_database names this
--- database. Replicated along with the data (see "Many writers" in the
--- README), it lets every server that receives another live server's claim
--- on its own worker id know.
--- Not dumped: a claim belongs to the server that wrote it.
-CREATE TABLE snowflake_claims (
-    worker_id integer NOT NULL,
-    system_identifier bigint NOT NULL,
-    timeline bigint NOT NULL,
-    instance bigint NOT NULL,
-    name text NOT NULL,
-    claimed_at timestamptz NOT NULL,
-    last_seen timestamptz NOT NULL,
-    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
-);
-
--- Written by the claims worker (as the bootstrap superuser) and by
--- replication; readable by monitoring roles, as the status is.
-REVOKE ALL ON snowflake_claims FROM PUBLIC;
-GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/lib.rs:47
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
@@ -99,7 +73,7 @@ AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/convert.rs:22
+-- src/convert.rs:30
 -- snowflake_id::convert::snowflake_convert
 
 CREATE FUNCTION snowflake_convert(
@@ -109,6 +83,8 @@ CREATE FUNCTION snowflake_convert(
     drop_sequence boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
@@ -166,7 +142,7 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:187
+-- src/generate.rs:191
 -- snowflake_id::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
@@ -175,7 +151,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:216
+-- src/generate.rs:220
 -- snowflake_id::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */
@@ -204,12 +180,12 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 --   snowflake_status
 --   convert::snowflake_convert
 
--- Both move this server's generation for good, and snowflake_convert
--- changes other tables' definitions: superusers only (each also checks for
--- itself, in case a superuser grants EXECUTE by mistake).
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
 REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) FROM PUBLIC;
 
 -- The status shows the server's identity, its durable mark and its counters:
 -- for monitoring roles, as Postgres does with other sessions' statistics.
@@ -253,5 +229,50 @@ CREATE  FUNCTION "snowflake_to_text"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/claims.rs:853
+-- snowflake_id::claims::snowflake_claims_guard
+CREATE FUNCTION "snowflake_claims_guard"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'snowflake_claims_guard_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/claims.rs:916
+-- requires:
+--   snowflake_claims_guard
+
+-- Which worker id each server issues IDs under: one row per server (system
+-- identifier), timeline and start (instance, random), kept by the claims
+-- worker of every server whose snowflake_id.claims_database names this
+-- database. Replicated along with the data (see "Many writers" in the
+-- README), it lets every server that receives another live server's claim
+-- on its own worker id know.
+-- Not dumped: a claim belongs to the server that wrote it.
+CREATE TABLE snowflake_claims (
+    worker_id integer NOT NULL,
+    system_identifier bigint NOT NULL,
+    timeline bigint NOT NULL,
+    instance bigint NOT NULL,
+    name text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    last_seen timestamptz NOT NULL,
+    PRIMARY KEY (system_identifier, timeline, instance, worker_id)
+);
+
+-- Written by the claims worker and by replication alone (see
+-- snowflake_claims_guard); readable by monitoring roles, as the status is.
+REVOKE ALL ON snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_claims
+    FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
+CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
+-- Fires for the rows replication applies as well, so that a claim arriving
+-- again replaces the copy held here.
+ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
 /* </end connected objects> */
 

@@ -19,10 +19,12 @@ use crate::reserver;
 use crate::settings;
 use crate::shmem::{self, State};
 use crate::wal;
-use pgrx::bgworkers::{BackgroundWorker, BackgroundWorkerBuilder};
+use pgrx::bgworkers::BackgroundWorkerBuilder;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
-use snowflake_id_core::claims::{Claim, Claimant, Finding, Observer, REFRESH_MS};
+use snowflake_id_core::claims::{
+    Claim, Claimant, Finding, Held, Memory, Observer, Row, REFRESH_MS,
+};
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
 use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -121,6 +123,8 @@ pub struct Shared {
     finding: SharedText,
     /// Why claims are not being written or read, as `Failure::to_text`.
     trouble: SharedText,
+    /// The first row of the table that could not be judged, if any.
+    skipped: SharedText,
 }
 
 impl Shared {
@@ -131,6 +135,7 @@ impl Shared {
             instance: AtomicU64::new(0),
             finding: SharedText::new(),
             trouble: SharedText::new(),
+            skipped: SharedText::new(),
         }
     }
 
@@ -158,12 +163,13 @@ pub fn refusal(st: &State) -> Option<Failure> {
 /// What the claims say short of a refusal: a collision this server goes on
 /// through, or why claims are not being kept. For `problem`.
 pub fn warning(st: &State) -> Option<String> {
-    if settings::claims_database().is_none() {
-        return None;
-    }
+    settings::claims_database()?;
     let text = |t: &SharedText| t.failure().map(|f| f.message);
     // Trouble first: while claims cannot be read, a finding is dated.
-    text(&st.claims.trouble).or_else(|| text(&st.claims.finding)).or_else(|| {
+    text(&st.claims.trouble)
+        .or_else(|| text(&st.claims.finding))
+        .or_else(|| text(&st.claims.skipped))
+        .or_else(|| {
         (st.claims.pid.load(Ordering::Relaxed) == 0).then(|| {
             "the claims worker (snowflake_id claims) is not running: this server's worker-id claim is not refreshed".to_string()
         })
@@ -215,7 +221,16 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
         )
         .to_text(),
     );
-    BackgroundWorker::connect_worker_to_spi(Some(&db), None);
+    connect(&db);
+    pin_session();
+    if let Some(f) = in_transaction(is_template).ok().flatten() {
+        // A template cannot be copied while anyone is connected to it: a
+        // claims worker there would make every CREATE DATABASE fail.
+        st.claims.trouble.set(&f.to_text());
+        errors::log(f, PgLogLevel::WARNING);
+        // SAFETY: status 0 tells the postmaster not to start it again.
+        unsafe { pg_sys::proc_exit(0) };
+    }
     st.claims.trouble.set("");
     let mut keeper = Keeper::new(st, db);
     loop {
@@ -245,64 +260,34 @@ fn me(st: &State, worker_id: u32) -> (Claimant, String) {
     )
 }
 
-/// What this server remembers of its claims across restarts: the instance
-/// number of its last start (whose rows it deletes), and the claim it was
-/// refusing on, if any.
-#[derive(Default)]
-struct Memory {
-    instance: u64,
-    refused_by: Option<Claimant>,
+fn memory_path() -> std::path::PathBuf {
+    crate::durable::data_dir().join(CLAIMS_FILE)
 }
 
-impl Memory {
-    fn path() -> std::path::PathBuf {
-        crate::durable::data_dir().join(CLAIMS_FILE)
-    }
+fn read_memory() -> Memory {
+    Memory::parse(&std::fs::read_to_string(memory_path()).unwrap_or_default())
+}
 
-    fn read() -> Memory {
-        let text = std::fs::read_to_string(Memory::path()).unwrap_or_default();
-        let mut m = Memory::default();
-        for line in text.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            match f.as_slice() {
-                ["instance", i] => m.instance = i.parse().unwrap_or(0),
-                ["refused_by", s, t, w, i] => {
-                    m.refused_by = (|| {
-                        Some(Claimant {
-                            system_identifier: s.parse().ok()?,
-                            timeline: t.parse().ok()?,
-                            worker_id: w.parse().ok()?,
-                            instance: i.parse().ok()?,
-                        })
-                    })()
-                }
-                _ => {}
-            }
-        }
-        m
+/// Replaced whole (see `replace_file`): a crash leaves the old memory or
+/// the new one.
+fn save_memory(m: &Memory) {
+    if let Err(e) = replace_file(
+        &crate::durable::data_dir(),
+        CLAIMS_FILE,
+        m.text().as_bytes(),
+    ) {
+        log!(
+            "snowflake_id: could not write {}: {e}",
+            memory_path().display()
+        );
     }
+}
 
-    /// Replaced whole (see `replace_file`): a crash leaves the old
-    /// memory or the new one.
-    fn write(&self) -> std::io::Result<()> {
-        let mut text = format!("instance {}\n", self.instance);
-        if let Some(c) = &self.refused_by {
-            text.push_str(&format!(
-                "refused_by {} {} {} {}\n",
-                c.system_identifier, c.timeline, c.worker_id, c.instance
-            ));
-        }
-        replace_file(&crate::durable::data_dir(), CLAIMS_FILE, text.as_bytes())
-    }
-
-    fn save(&self) {
-        if let Err(e) = self.write() {
-            log!(
-                "snowflake_id: could not write {}: {e}",
-                Memory::path().display()
-            );
-        }
-    }
+/// Whether this start is of a copy of another server's data directory (a
+/// restored base backup, a standby): its memory file is the original's,
+/// and what it says of instances and claims belongs to the original.
+fn started_as_copy(st: &State) -> bool {
+    st.recovery_files.load(Ordering::Relaxed) != 0
 }
 
 /// Where shared memory is set up (the postmaster, at start and after a
@@ -313,7 +298,7 @@ pub fn resume(st: &State) {
     if settings::claims_database().is_none() {
         return;
     }
-    if let Some(c) = Memory::read().refused_by {
+    if let Some(c) = read_memory().refused_by {
         let f = Failure::new(
             Class::NotReady,
             format!(
@@ -337,13 +322,24 @@ struct Keeper {
     /// to be deleted.
     previous: Option<u64>,
     /// What the log was last told, and when.
-    logged: Option<(Vec<(u8, Claimant, Option<Claimant>)>, i64)>,
+    logged: Option<(Vec<FindingKey>, i64)>,
     trouble_logged: Option<String>,
+    /// The rows skipped at the last refresh, as told to the log.
+    skipped_logged: Vec<String>,
 }
 
 impl Keeper {
     fn new(st: &State, db: String) -> Keeper {
-        let mut memory = Memory::read();
+        let mut memory = read_memory();
+        if started_as_copy(st) {
+            // The original's rows and claim are the original's: a copy
+            // deletes none of them and claims afresh (a promoted standby
+            // still inherits its old primary's claim time from the table).
+            memory = Memory {
+                refused_by: memory.refused_by,
+                ..Memory::default()
+            };
+        }
         let mut observer = Observer::default();
         // One instance number per life of shared memory: a restart of this
         // worker alone keeps it.
@@ -356,12 +352,13 @@ impl Keeper {
             instance = u64::from_le_bytes(b) >> 1;
         }
         st.claims.instance.store(instance, Ordering::Relaxed);
-        let previous = (memory.instance != instance).then_some(memory.instance);
+        let previous =
+            (memory.instance != instance && memory.instance != 0).then_some(memory.instance);
         if let Some(c) = &memory.refused_by {
             observer.remember(c.clone(), now_ms());
         }
         memory.instance = instance;
-        memory.save();
+        save_memory(&memory);
         Keeper {
             db,
             observer,
@@ -369,6 +366,7 @@ impl Keeper {
             previous,
             logged: None,
             trouble_logged: None,
+            skipped_logged: Vec::new(),
         }
     }
 
@@ -376,17 +374,29 @@ impl Keeper {
         // A server without a usable worker id issues nothing and claims
         // nothing (the status says why), but still sees other servers
         // collide: a fan-in subscriber that only reads, say.
-        let worker_id = settings::config().ok().map(|c| u32::from(c.worker_id));
+        let worker_id = settings::config().ok().map(|c| c.worker_id);
         let (who, name) = me(st, worker_id.unwrap_or(NO_WORKER_ID));
-        let (db, mine, previous) = (self.db.clone(), who.clone(), self.previous);
+        let claimed_at = self.memory.claimed_at(&who);
+        let (mine, previous) = (who.clone(), self.previous);
         let claiming = worker_id.is_some();
-        let rows =
-            match in_transaction(move || write_and_read(&mine, claiming, previous, &name, &db)) {
-                Ok(Ok(rows)) => rows,
-                Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
-            };
+        let read = match in_transaction(move || {
+            write_and_read(&mine, claiming, previous, claimed_at, &name)
+        }) {
+            Ok(Ok(read)) => read,
+            Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
+        };
         self.previous = None;
         self.trouble(st, None);
+        if let Some(at) = read.claimed_at_ms.filter(|at| Some(*at) != claimed_at) {
+            self.memory.held = Some(Held {
+                system_identifier: who.system_identifier,
+                timeline: who.timeline,
+                worker_id: who.worker_id,
+                claimed_at_ms: at,
+            });
+            save_memory(&self.memory);
+        }
+        self.report_skipped(st, &read.skipped);
         let now = now_ms();
         let onlooker = Claim {
             who: who.clone(),
@@ -394,9 +404,30 @@ impl Keeper {
             claimed_at_ms: now,
             last_seen_ms: now,
         };
-        let mine = rows.iter().find(|c| c.who == who).unwrap_or(&onlooker);
-        let findings = self.observer.judge(mine, &rows, now);
+        let mine = read
+            .claims
+            .iter()
+            .find(|c| c.who == who)
+            .unwrap_or(&onlooker);
+        let findings = self.observer.judge(mine, &read.claims, now);
         self.publish(st, &findings, now);
+    }
+
+    /// Rows that cannot be judged are skipped; each is told to the log
+    /// once, and the first is shown in `problem` while it lasts.
+    fn report_skipped(&mut self, st: &State, skipped: &[String]) {
+        for s in skipped {
+            if !self.skipped_logged.contains(s) {
+                log!("snowflake_id: {s}");
+            }
+        }
+        self.skipped_logged = skipped.to_vec();
+        st.claims.skipped.set(
+            &skipped
+                .first()
+                .map(|s| Failure::new(Class::Warning, s.clone()).to_text())
+                .unwrap_or_default(),
+        );
     }
 
     /// Records why claims could not be kept (`None`: they are again),
@@ -441,7 +472,7 @@ impl Keeper {
         };
         if refused_by != self.memory.refused_by {
             self.memory.refused_by = refused_by;
-            self.memory.save();
+            save_memory(&self.memory);
         }
         // Told again when who collides changes, and every minute while it lasts.
         let key: Vec<_> = findings.iter().map(key_of).collect();
@@ -473,7 +504,9 @@ impl Keeper {
 }
 
 /// Who a finding is about, and what it decided.
-fn key_of(f: &Finding) -> (u8, Claimant, Option<Claimant>) {
+type FindingKey = (u8, Claimant, Option<Claimant>);
+
+fn key_of(f: &Finding) -> FindingKey {
     match f {
         Finding::Refuse(c) => (0, c.who.clone(), None),
         Finding::Warn(c) => (1, c.who.clone(), None),
@@ -481,15 +514,121 @@ fn key_of(f: &Finding) -> (u8, Claimant, Option<Claimant>) {
     }
 }
 
-/// Runs `f` in a transaction of its own; an error rolls it back and comes
-/// back as a failure instead of ending the worker.
+/// Connects to the claims database as the bootstrap superuser, the one
+/// role every cluster has and no database owner can change. A database
+/// whose owner set `ALLOW_CONNECTIONS false` is connected to all the same:
+/// an owner alone cannot turn claims off.
+fn connect(db: &str) {
+    if ["template0", "template1"].contains(&db) {
+        // Before connecting: a connection to a template makes every CREATE
+        // DATABASE fail while it lasts.
+        raise_template(db);
+    }
+    let name = std::ffi::CString::new(db).unwrap_or_default();
+    // SAFETY: called once, from a registered background worker with
+    // database access, before any transaction.
+    unsafe {
+        pg_sys::BackgroundWorkerInitializeConnection(
+            name.as_ptr(),
+            std::ptr::null(),
+            pg_sys::BGWORKER_BYPASS_ALLOWCONN,
+        )
+    };
+}
+
+fn template_failure(db: &str) -> Failure {
+    Failure::new(
+        Class::InvalidParameter,
+        format!("snowflake_id.claims_database names the template database \"{db}\": claims are not kept"),
+    )
+    .detail("A template cannot be copied while a session is connected to it, and the claims worker stays connected.")
+    .hint("Set snowflake_id.claims_database to a database that is not a template (one per server, where the extension is installed) and restart PostgreSQL.")
+}
+
+fn raise_template(db: &str) -> ! {
+    let f = template_failure(db);
+    if let Some(st) = shmem::state() {
+        st.claims.trouble.set(&f.to_text());
+    }
+    errors::log(f, PgLogLevel::WARNING);
+    // SAFETY: status 0 tells the postmaster not to start it again.
+    unsafe { pg_sys::proc_exit(0) }
+}
+
+/// Whether the database connected to is a template, as the failure to say so.
+fn is_template() -> Option<Failure> {
+    let template: Option<bool> = Spi::get_one_with_args(
+        "SELECT d.datistemplate FROM pg_catalog.pg_database d WHERE d.oid OPERATOR(pg_catalog.=) $1",
+        // SAFETY: set once the connection is made, never changed.
+        &[unsafe { pg_sys::MyDatabaseId }.into()],
+    )
+    .unwrap_or(None);
+    (template == Some(true))
+        .then(|| template_failure(&settings::claims_database().unwrap_or_default()))
+}
+
+/// The settings every statement of this worker runs under, whatever the
+/// database's or role's defaults say (`ALTER DATABASE ... SET` is the
+/// database owner's to change; it reaches this worker at connection): no
+/// schema but pg_catalog is searched, so no function, operator or type a
+/// user created can stand in for a built-in one (the way Postgres's own
+/// logical replication workers run); transactions are read-write at read
+/// committed; no timeout a user set applies but the lock wait's own.
+fn pin_session() {
+    let lock_timeout = LOCK_TIMEOUT_MS.to_string();
+    #[cfg_attr(not(any(feature = "pg17", feature = "pg18")), allow(unused_mut))]
+    let mut pins: Vec<(&str, &str)> = vec![
+        ("search_path", ""),
+        ("default_transaction_read_only", "off"),
+        ("default_transaction_isolation", "read committed"),
+        ("default_transaction_deferrable", "off"),
+        ("statement_timeout", "0"),
+        ("lock_timeout", &lock_timeout),
+        ("idle_in_transaction_session_timeout", "0"),
+        ("synchronous_commit", "local"),
+        ("standard_conforming_strings", "on"),
+        ("transform_null_equals", "off"),
+        ("row_security", "on"),
+    ];
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    pins.push(("transaction_timeout", "0"));
+    for (name, value) in pins {
+        let (name, value) = (
+            std::ffi::CString::new(name).unwrap_or_default(),
+            std::ffi::CString::new(value).unwrap_or_default(),
+        );
+        // SAFETY: sets a setting of this process by name, as the
+        // postmaster's own -c options are set.
+        unsafe {
+            pg_sys::SetConfigOption(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_SUSET,
+                pg_sys::GucSource::PGC_S_OVERRIDE,
+            )
+        };
+    }
+}
+
+/// Runs `f` in a transaction of its own, as a security-restricted
+/// operation (no SET ROLE, no temporary objects: what Postgres does while
+/// it runs maintenance on a table); an error rolls it back and comes back
+/// as a failure instead of ending the worker.
 fn in_transaction<R>(
     f: impl FnOnce() -> R + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
 ) -> Result<R, Failure> {
-    // SAFETY: the transaction calls of every background worker's loop.
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: the transaction calls of every background worker's loop. The
+    // user id and security context are put back below on success; an
+    // aborted transaction puts back what it began with itself.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            user,
+            context | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
     let result = PgTryBuilder::new(|| Ok(f()))
@@ -509,6 +648,7 @@ fn in_transaction<R>(
         match result {
             Ok(_) => {
                 pg_sys::PopActiveSnapshot();
+                pg_sys::SetUserIdAndSecContext(user, context);
                 pg_sys::CommitTransactionCommand();
             }
             Err(_) => pg_sys::AbortCurrentTransaction(),
@@ -520,43 +660,75 @@ fn in_transaction<R>(
     })
 }
 
+/// `name` quoted as an SQL identifier, the way Postgres quotes them.
+fn quote_ident(name: &str) -> String {
+    let c = std::ffi::CString::new(name).unwrap_or_default();
+    // SAFETY: quote_identifier returns its argument or a palloc'd copy,
+    // valid for this memory context; copied out at once.
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The extension's own claims table, schema-qualified and quoted: found as
+/// a member of the extension, not by name in a search path, so no table a
+/// user created elsewhere can stand in for it.
+fn claims_table() -> Option<String> {
+    let (schema, table) = Spi::get_two::<String, String>(
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text \
+         FROM pg_catalog.pg_extension e \
+         JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+              AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+              AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid AND c.relname OPERATOR(pg_catalog.=) 'snowflake_claims' \
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id'",
+    )
+    .ok()?;
+    Some(format!(
+        "{}.{}",
+        quote_ident(&schema?),
+        quote_ident(&table?)
+    ))
+}
+
+/// What one refresh found.
+struct Read {
+    claims: Vec<Claim>,
+    /// Each row that could not be judged, described.
+    skipped: Vec<String>,
+    /// When this server's claim says it claimed its worker id.
+    claimed_at_ms: Option<i64>,
+}
+
 /// Writes this server's claim (unless it has no worker id to claim) and
 /// reads every claim the table holds.
 fn write_and_read(
     who: &Claimant,
     claiming: bool,
     previous: Option<u64>,
+    claimed_at: Option<i64>,
     name: &str,
-    db: &str,
-) -> Result<Vec<Claim>, Failure> {
-    let not_installed = |what: &str| {
-        Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\" (snowflake_id.claims_database)"))
-            .hint(format!("Run CREATE EXTENSION snowflake_id (or ALTER EXTENSION snowflake_id UPDATE) in database \"{db}\", or point snowflake_id.claims_database at the database that has it."))
+) -> Result<Read, Failure> {
+    let db = settings::claims_database().unwrap_or_default();
+    let Some(table) = claims_table() else {
+        let installed: Option<bool> = Spi::get_one(
+            "SELECT true FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'snowflake_id'",
+        )
+        .unwrap_or(None);
+        let what = if installed.is_some() {
+            "the installed snowflake_id has no snowflake_claims table"
+        } else {
+            "snowflake_id is not installed"
+        };
+        return Err(Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\" (snowflake_id.claims_database)"))
+            .hint(format!("Run CREATE EXTENSION snowflake_id (or ALTER EXTENSION snowflake_id UPDATE) in database \"{db}\", or point snowflake_id.claims_database at the database that has it.")));
     };
-    let table: Option<String> = Spi::get_one(
-        "SELECT format('%I.snowflake_claims', n.nspname) FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'snowflake_id'",
-    )
-    .unwrap_or(None);
-    let Some(table) = table else {
-        return Err(not_installed("snowflake_id is not installed"));
-    };
-    let exists: Option<bool> = Spi::get_one_with_args(
-        "SELECT to_regclass($1) IS NOT NULL",
-        &[table.clone().into()],
-    )
-    .unwrap_or(None);
-    if exists != Some(true) {
-        return Err(not_installed(
-            "the installed snowflake_id has no snowflake_claims table",
-        ));
-    }
-    Spi::run(&format!("SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
-        .and_then(|_| Spi::run("SET LOCAL synchronous_commit = local"))
-        .unwrap_or_else(|e| pgrx::error!("{e}"));
     if let Some(previous) = previous {
         // This server's rows from before its restart: claims no more.
         Spi::run_with_args(
-            &format!("DELETE FROM {table} WHERE system_identifier = $1 AND timeline = $2 AND instance = $3"),
+            &format!("DELETE FROM {table} WHERE system_identifier OPERATOR(pg_catalog.=) $1 \
+                      AND timeline OPERATOR(pg_catalog.=) $2 AND instance OPERATOR(pg_catalog.=) $3"),
             &[
                 (who.system_identifier as i64).into(),
                 i64::from(who.timeline).into(),
@@ -565,93 +737,205 @@ fn write_and_read(
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"));
     }
-    if claiming {
-        claim(&table, who, name);
-    }
-    read(&table)
+    let claimed_at_ms = if claiming {
+        Some(claim(&table, who, name, claimed_at))
+    } else {
+        None
+    };
+    let (claims, skipped) = read(&table)?;
+    Ok(Read {
+        claims,
+        skipped,
+        claimed_at_ms,
+    })
 }
 
-/// Writes this server's claim afresh, and drops its claims on other worker ids.
-fn claim(table: &str, who: &Claimant, name: &str) {
+/// Writes this server's claim afresh, drops its claims on other worker
+/// ids, and says when the claim was made.
+fn claim(table: &str, who: &Claimant, name: &str, claimed_at: Option<i64>) -> i64 {
     let (worker, sysid, tli, instance) = (
         who.worker_id as i32,
         who.system_identifier as i64,
         i64::from(who.timeline),
         who.instance as i64,
     );
-    Spi::run_with_args(
-        // Deleted and inserted again, not updated: a subscriber that missed
-        // the first insert (a subscription made without copying data, or
-        // after the claim was written) would skip every update of a row it
-        // does not have, and never see the claim. A promoted standby keeps
-        // the time its old primary claimed the id: it continues that
-        // server's IDs, and must not become the later claimant against a
-        // server that collided with it.
+    let remembered = claimed_at.map(|ms| ms as f64 / 1000.0);
+    // Deleted and inserted again, not updated: a subscriber that missed the
+    // first insert (a subscription made without copying data, or after the
+    // claim was written) would skip every update of a row it does not have,
+    // and never see the claim. Two statements: the insert must come after
+    // the delete, which a data-modifying WITH does not promise.
+    let old: Option<f64> = first_value(
         &format!(
-            "WITH old AS (DELETE FROM {table} \
-                          WHERE system_identifier = $2 AND timeline = $3 AND instance = $5 AND worker_id = $1 \
-                          RETURNING claimed_at) \
-             INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) \
-             SELECT $1, $2, $3, $5, $4, \
-                    coalesce((SELECT claimed_at FROM old), \
-                             (SELECT min(claimed_at) FROM {table} \
-                              WHERE system_identifier = $2 AND timeline < $3 AND worker_id = $1), \
-                             clock_timestamp()), \
-                    clock_timestamp()"
+            "DELETE FROM {table} \
+             WHERE system_identifier OPERATOR(pg_catalog.=) $2 AND timeline OPERATOR(pg_catalog.=) $3 \
+               AND instance OPERATOR(pg_catalog.=) $4 AND worker_id OPERATOR(pg_catalog.=) $1 \
+             RETURNING CASE WHEN pg_catalog.isfinite(claimed_at) THEN pg_catalog.date_part('epoch', claimed_at) END"
         ),
-        &[worker.into(), sysid.into(), tli.into(), name.into(), instance.into()],
-    )
-    .unwrap_or_else(|e| pgrx::error!("{e}"));
+        &[worker.into(), sysid.into(), tli.into(), instance.into()],
+    );
+    let at: Option<f64> = first_value(
+        // The claim keeps the time this server remembers claiming the id
+        // (rows can be deleted, or made again with the extension; the
+        // memory cannot), else the time its row said, else a promoted
+        // standby's old primary's (it continues that server's IDs, and must
+        // not become the later claimant against a server that collided
+        // with it), else now.
+        &format!(
+            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) \
+             VALUES ($1, $2, $3, $4, $5, \
+                     COALESCE(pg_catalog.to_timestamp($6), pg_catalog.to_timestamp($7), \
+                              (SELECT pg_catalog.min(c.claimed_at) FROM {table} c \
+                               WHERE c.system_identifier OPERATOR(pg_catalog.=) $2 AND c.timeline OPERATOR(pg_catalog.<) $3 \
+                                 AND c.worker_id OPERATOR(pg_catalog.=) $1 AND pg_catalog.isfinite(c.claimed_at)), \
+                              pg_catalog.clock_timestamp()), \
+                     pg_catalog.clock_timestamp()) \
+             RETURNING pg_catalog.date_part('epoch', claimed_at)"
+        ),
+        &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into()],
+    );
     // A worker id this server had earlier in this run is claimed no more.
     Spi::run_with_args(
         &format!(
             "DELETE FROM {table} \
-             WHERE system_identifier = $1 AND timeline = $2 AND instance = $3 AND worker_id <> $4"
+             WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND timeline OPERATOR(pg_catalog.=) $2 \
+               AND instance OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.<>) $4"
         ),
         &[sysid.into(), tli.into(), instance.into(), worker.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
+    at.map_or_else(now_ms, |s| (s * 1000.0).floor() as i64)
 }
 
-/// Every claim the table holds.
-fn read(table: &str) -> Result<Vec<Claim>, Failure> {
+/// The first column of the first row `statement` returns, if any row
+/// (and not NULL); an error is raised.
+fn first_value<T: FromDatum + IntoDatum>(
+    statement: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Option<T> {
+    Spi::connect_mut(|c| {
+        let rows = c.update(statement, Some(1), args)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.first().get_one::<T>()
+    })
+    .unwrap_or_else(|e: pgrx::spi::SpiError| pgrx::error!("{e}"))
+}
+
+/// Every claim the table holds, and a description of each row that cannot
+/// be judged (skipped, so that one bad row cannot stop the judging of the
+/// others). Timestamps are read as seconds, which infinite ones survive.
+fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
     Spi::connect(|client| {
         let rows = client.select(
             &format!(
                 "SELECT worker_id, system_identifier, timeline, instance, name, \
-                 (extract(epoch FROM claimed_at) * 1000)::bigint, (extract(epoch FROM last_seen) * 1000)::bigint \
+                 pg_catalog.date_part('epoch', claimed_at), pg_catalog.date_part('epoch', last_seen), \
+                 pg_catalog.convert_to(name, 'UTF8') \
                  FROM {table}"
             ),
             None,
             &[],
         )?;
-        let mut claims = Vec::new();
-        for row in rows {
-            let (Some(w), Some(s), Some(t), Some(i), Some(c), Some(l)) = (
-                row.get::<i32>(1)?,
-                row.get::<i64>(2)?,
-                row.get::<i64>(3)?,
-                row.get::<i64>(4)?,
-                row.get::<i64>(6)?,
-                row.get::<i64>(7)?,
-            ) else {
-                continue;
+        let (mut claims, mut skipped) = (Vec::new(), Vec::new());
+        for r in rows {
+            let row = Row {
+                worker_id: r.get::<i32>(1)?,
+                system_identifier: r.get::<i64>(2)?,
+                timeline: r.get::<i64>(3)?,
+                instance: r.get::<i64>(4)?,
+                // In the database's encoding; read as UTF-8 whatever that is.
+                name: r.get::<Vec<u8>>(8)?.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                claimed_at_s: r.get::<f64>(6)?,
+                last_seen_s: r.get::<f64>(7)?,
             };
-            claims.push(Claim {
-                who: Claimant {
-                    system_identifier: s as u64,
-                    timeline: t as u32,
-                    worker_id: w as u32,
-                    instance: i as u64,
-                },
-                name: row.get::<String>(5)?.unwrap_or_default(),
-                claimed_at_ms: c,
-                last_seen_ms: l,
-            });
+            match row.claim() {
+                Ok(c) => claims.push(c),
+                Err(why) => skipped.push(row.describe_skipped(&why)),
+            }
         }
-        Ok::<_, pgrx::spi::SpiError>(claims)
+        Ok::<_, pgrx::spi::SpiError>((claims, skipped))
     })
     .map_err(|e| Failure::new(Class::Warning, format!("could not read snowflake_claims: {e}")))
 }
 
-extension_sql_file!("sql/claims.sql", name = "snowflake_claims");
+/// The guard on `snowflake_claims`: its rows are written by this server's
+/// claims worker, and by replication (apply workers run with
+/// `session_replication_role = replica`, which only a superuser may set).
+/// Any other session is refused, whatever its privileges on the table: a
+/// claim a role could forge would stop this server's IDs (a live claim on
+/// its worker id) or hide a collision (a deleted one).
+///
+/// A row replication brings for a claim the table already holds replaces
+/// it: a publisher whose table was emptied or made again (TRUNCATE, DROP
+/// and CREATE EXTENSION) writes its claim afresh, and that must not stop
+/// the subscription on a duplicate key, the application's rows with it.
+#[pg_trigger]
+fn snowflake_claims_guard<'a>(
+    trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
+    // SAFETY: plain reads of this process's settings and id.
+    let (replica, me) = unsafe {
+        (
+            pg_sys::SessionReplicationRole == pg_sys::SESSION_REPLICATION_ROLE_REPLICA as i32,
+            pg_sys::MyProcPid,
+        )
+    };
+    let worker = shmem::state().is_some_and(|st| st.claims.pid.load(Ordering::Relaxed) == me);
+    if !(replica || worker) {
+        errors::raise(
+            Failure::new(
+                Class::Privilege,
+                "snowflake_claims is written only by the claims worker and by replication",
+            )
+            .detail("A claim written by hand could stop this server's IDs, or hide two servers issuing under one worker id.")
+            .hint("To remove the claims of a server gone for good, a superuser runs SET session_replication_role = replica; DELETE FROM snowflake_claims WHERE ...; RESET session_replication_role;"),
+        );
+    }
+    let op = trigger.op().unwrap_or(PgTriggerOperation::Truncate);
+    match op {
+        PgTriggerOperation::Insert => {
+            let new = trigger.new();
+            if let (true, Some(row)) = (replica && !worker, &new) {
+                replace_replicated(trigger, row);
+            }
+            Ok(new)
+        }
+        PgTriggerOperation::Update => Ok(trigger.new()),
+        PgTriggerOperation::Delete => Ok(trigger.old()),
+        PgTriggerOperation::Truncate => Ok(None),
+    }
+}
+
+/// Deletes the row holding the same claim as `row`, which replication is
+/// about to insert.
+fn replace_replicated(trigger: &PgTrigger<'_>, row: &PgHeapTuple<'_, AllocatedByPostgres>) {
+    let table = format!(
+        "{}.{}",
+        quote_ident(&trigger.table_schema().unwrap_or_default()),
+        quote_ident(&trigger.table_name().unwrap_or_default())
+    );
+    let get = |name: &str| row.get_by_name::<i64>(name).ok().flatten();
+    let worker = row.get_by_name::<i32>("worker_id").ok().flatten();
+    Spi::run_with_args(
+        &format!(
+            "DELETE FROM {table} WHERE system_identifier OPERATOR(pg_catalog.=) $1 \
+             AND timeline OPERATOR(pg_catalog.=) $2 AND instance OPERATOR(pg_catalog.=) $3 \
+             AND worker_id OPERATOR(pg_catalog.=) $4"
+        ),
+        &[
+            get("system_identifier").into(),
+            get("timeline").into(),
+            get("instance").into(),
+            worker.into(),
+        ],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+}
+
+extension_sql_file!(
+    "sql/claims.sql",
+    name = "snowflake_claims",
+    requires = [snowflake_claims_guard]
+);

@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
-use snowflake_id_core::convert::{self, Column, Facts, Grant, OldDefault, Referencing, View};
+use snowflake_id_core::convert::{self, Column, Facts, Grant, OldDefault, Referencing, Step, View};
 use snowflake_id_core::{Class, Failure};
 
 use crate::errors::{raise, OrRaise};
@@ -17,8 +17,16 @@ use crate::errors::{raise, OrRaise};
 /// transaction: integer columns become bigint together with every column
 /// that references them, identity is dropped, dependent views are made
 /// again, existing rows keep their keys. Returns the statements it ran, or
-/// with `dry_run` would run. Superuser only. VOLATILE and PARALLEL UNSAFE:
-/// it changes the schema.
+/// with `dry_run` would run. VOLATILE and PARALLEL UNSAFE: it changes the
+/// schema.
+///
+/// Anyone may call it, and it gives no one more than they have: each
+/// statement runs as the owner of what it changes, in a security-restricted
+/// operation, and the caller must have the privileges of every such owner
+/// (as ALTER TABLE itself asks). The search path is pinned to pg_catalog
+/// for the call, so no function or operator a user created is reached by
+/// its catalog queries; row security is off, so a policy cannot hide keys
+/// from the order check (a table it would filter is an error instead).
 #[pg_extern(
     volatile,
     strict,
@@ -31,6 +39,8 @@ CREATE FUNCTION snowflake_convert(
     drop_sequence boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET row_security = off
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 "#
 )]
@@ -40,7 +50,6 @@ fn snowflake_convert(
     dry_run: bool,
     drop_sequence: bool,
 ) -> SetOfIterator<'static, String> {
-    crate::durable::require_superuser("snowflake_convert()").or_raise();
     let col = col.to_str().unwrap_or_else(|_| {
         raise(Failure::new(
             Class::UndefinedColumn,
@@ -49,10 +58,13 @@ fn snowflake_convert(
     });
     let facts = || read_facts(tbl, col, drop_sequence).or_raise();
     let (first, first_sequence) = facts();
-    let mut plan = convert::plan(&first).or_raise();
-    if plan.is_empty() {
-        return SetOfIterator::new(plan);
+    let mut steps = convert::steps(&first).or_raise();
+    if steps.is_empty() {
+        return SetOfIterator::new(Vec::new());
     }
+    // Before any lock: who may do what is known from the catalog alone.
+    let mut roles = Roles::default();
+    roles.check(&steps);
     let locks = |f: &Facts, sequence| Locks {
         tables: convert::lock_order(f)
             .into_iter()
@@ -67,23 +79,146 @@ fn snowflake_convert(
         // in between: the plan is made again from what the lock holds.
         lock_keeping_timeout(&locks(&first, first_sequence));
         let (facts, sequence) = facts();
-        plan = convert::plan(&facts).or_raise();
-        if plan.is_empty() {
-            return SetOfIterator::new(plan);
+        steps = convert::steps(&facts).or_raise();
+        if steps.is_empty() {
+            return SetOfIterator::new(Vec::new());
         }
+        roles.check(&steps);
         (facts, sequence)
     };
-    let largest = spi(Spi::get_one::<i64>(&format!(
-        "SELECT max({})::bigint FROM {}",
-        facts.target.column, facts.target.table
-    )));
+    let owner = roles.oid(&facts.target.owner);
+    let largest = as_role(Some(owner), || largest_key(&facts.target));
     let next = crate::generate::snowflake_nextval();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
         lock_keeping_timeout(&locks(&facts, sequence));
-        plan[1..].iter().for_each(|s| run(s));
+        for s in &steps[1..] {
+            let role = s.role.as_deref().map(|r| roles.oid(r));
+            as_role(role, || run(&s.sql));
+        }
     }
-    SetOfIterator::new(plan)
+    SetOfIterator::new(steps.into_iter().map(|s| s.sql).collect::<Vec<_>>())
+}
+
+/// The largest key, read from the newest committed data (not the snapshot
+/// of a REPEATABLE READ or SERIALIZABLE transaction, which can miss keys
+/// committed since it began; the table is locked by now, so none can come
+/// after this reading).
+fn largest_key(target: &Column) -> Option<i64> {
+    let query = std::ffi::CString::new(format!(
+        "SELECT pg_catalog.max({})::pg_catalog.int8 FROM {}",
+        target.column, target.table
+    ))
+    .unwrap_or_default();
+    Spi::connect(|_| {
+        // SAFETY: SPI is connected; the plan, the snapshot and the result
+        // live in SPI's memory until it disconnects, after the value is
+        // copied out (an int8 is passed by value).
+        unsafe {
+            let plan = pg_sys::SPI_prepare(query.as_ptr(), 0, std::ptr::null_mut());
+            if plan.is_null() {
+                pgrx::error!(
+                    "snowflake_convert could not read the largest key of {}",
+                    target.table
+                );
+            }
+            let rc = pg_sys::SPI_execute_snapshot(
+                plan,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                pg_sys::GetLatestSnapshot(),
+                std::ptr::null_mut(),
+                true,
+                false,
+                1,
+            );
+            let table = pg_sys::SPI_tuptable;
+            if rc != pg_sys::SPI_OK_SELECT as i32 || table.is_null() || pg_sys::SPI_processed == 0 {
+                return None;
+            }
+            let mut null = false;
+            let d = pg_sys::SPI_getbinval(*(*table).vals, (*table).tupdesc, 1, &mut null);
+            (!null).then(|| d.value() as i64)
+        }
+    })
+}
+
+/// Runs `f` as `role` (or as the caller for `None`), in a
+/// security-restricted operation: no SET ROLE, no temporary objects, no
+/// cursors left open for the caller, as Postgres runs a table owner's
+/// code during maintenance. An error restores the caller's identity with
+/// the (sub)transaction it aborts.
+fn as_role<R>(role: Option<pg_sys::Oid>, f: impl FnOnce() -> R) -> R {
+    let Some(role) = role else { return f() };
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and switches this backend's current user and security
+    // context, as Postgres's own maintenance commands do.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            role,
+            context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+    }
+    let r = f();
+    // SAFETY: puts back what was saved above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    r
+}
+
+/// The roles steps run as, looked up once each.
+#[derive(Default)]
+struct Roles {
+    oids: Vec<(String, pg_sys::Oid)>,
+}
+
+impl Roles {
+    /// The OID of a quoted role name, as the catalog wrote it.
+    fn oid(&mut self, quoted: &str) -> pg_sys::Oid {
+        if let Some((_, oid)) = self.oids.iter().find(|(r, _)| r == quoted) {
+            return *oid;
+        }
+        let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
+            "SELECT $1::pg_catalog.regrole::pg_catalog.oid",
+            &[quoted.into()],
+        ))
+        .unwrap_or(pg_sys::InvalidOid);
+        self.oids.push((quoted.to_string(), oid));
+        oid
+    }
+
+    /// Refuses, before anything changes, a conversion whose statements the
+    /// caller could not run as the owners they belong to.
+    fn check(&mut self, steps: &[Step]) {
+        // SAFETY: reads the session's current user.
+        let me = unsafe { pg_sys::GetUserId() };
+        for s in steps {
+            let (Some(role), Some(of)) = (&s.role, &s.owner_of) else {
+                continue;
+            };
+            let oid = self.oid(role);
+            // SAFETY: a catalog lookup of role membership.
+            if !unsafe { pg_sys::has_privs_of_role(me, oid) } {
+                raise(
+                    Failure::new(
+                        Class::Privilege,
+                        format!("snowflake_convert must change {of}, owned by role {role}, and role {} has not the privileges of {role}", current_role()),
+                    )
+                    .detail("Each statement of a conversion runs as the owner of what it changes; its caller must be allowed to act as that owner, as for the statement itself.")
+                    .hint(format!("Run it as {role}, as a member of {role}, or as a superuser.")),
+                );
+            }
+        }
+    }
+}
+
+fn current_role() -> String {
+    spi(Spi::get_one::<String>(
+        "SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text)",
+    ))
+    .unwrap_or_default()
 }
 
 fn run(statement: &str) {
@@ -239,7 +374,8 @@ fn facts_with(
                 c.relispartition OR a.attinhcount > 0, \
                 EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisunique) \
                         AND i.indkey[0] = a.attnum), \
-                pg_get_serial_sequence(c.oid::regclass::text, a.attname)::regclass::oid \
+                pg_get_serial_sequence(c.oid::regclass::text, a.attname)::regclass::oid, \
+                quote_ident(pg_get_userbyid(c.relowner)) \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $2::name AND a.attnum > 0 AND NOT a.attisdropped \
          LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum \
@@ -267,6 +403,7 @@ fn facts_with(
         table,
         column: spi(row.get(4)).unwrap_or_default(),
         type_name: spi(row.get(5)).unwrap_or_default(),
+        owner: spi(row.get(12)).unwrap_or_default(),
     };
     let identity: String = spi(row.get(6)).unwrap_or_default();
     let attrdef: Option<pg_sys::Oid> = spi(row.get(7));
@@ -288,7 +425,7 @@ fn facts_with(
         _ => None,
     };
     let inherited_from = if inherited {
-        top(c, tbl).map(|(_, name)| name)
+        top(c, tbl).map(|(_, name, _)| name)
     } else {
         None
     };
@@ -333,19 +470,21 @@ fn tree(root: &str) -> String {
     format!("WITH RECURSIVE tree(relid) AS (SELECT {root}::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid)")
 }
 
-/// The table at the top of `relid`'s partition or inheritance tree.
-fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String)> {
+/// The table at the top of `relid`'s partition or inheritance tree, and
+/// its owner.
+fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String, String)> {
     let rows = spi(c.select(
         "WITH RECURSIVE up(relid, depth) AS (SELECT $1::oid, 0 \
            UNION ALL SELECT i.inhparent, u.depth + 1 FROM pg_inherits i JOIN up u ON i.inhrelid = u.relid) \
-         SELECT up.relid, format('%I.%I', n.nspname, r.relname) FROM up JOIN pg_class r ON r.oid = up.relid \
+         SELECT up.relid, format('%I.%I', n.nspname, r.relname), quote_ident(pg_get_userbyid(r.relowner)) \
+         FROM up JOIN pg_class r ON r.oid = up.relid \
          JOIN pg_namespace n ON n.oid = r.relnamespace ORDER BY up.depth DESC LIMIT 1",
         None,
         &args([relid.into()]),
     ));
     rows.into_iter()
         .next()
-        .and_then(|r| Some((spi(r.get(1))?, spi(r.get(2))?)))
+        .and_then(|r| Some((spi(r.get(1))?, spi(r.get(2))?, spi(r.get(3))?)))
 }
 
 /// The extension's own `snowflake_nextval()`: the call a default makes
@@ -374,26 +513,27 @@ fn old_default(
     expr: String,
     nextval: Option<pg_sys::Oid>,
 ) -> (OldDefault, Option<pg_sys::Oid>) {
-    let depends_on = |class: &str| -> Vec<(Option<String>, Option<pg_sys::Oid>)> {
+    let depends_on = |class: &str| -> Vec<(Option<String>, Option<pg_sys::Oid>, Option<String>)> {
         let q = format!(
             "SELECT CASE WHEN d.refclassid = 'pg_class'::regclass THEN \
                 (SELECT format('%I.%I', n.nspname, s.relname) FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace \
-                 WHERE s.oid = d.refobjid AND s.relkind = 'S') END, d.refobjid \
+                 WHERE s.oid = d.refobjid AND s.relkind = 'S') END, d.refobjid, \
+                (SELECT quote_ident(pg_get_userbyid(s.relowner)) FROM pg_class s WHERE s.oid = d.refobjid) \
              FROM pg_depend d WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = $1 AND d.refclassid = '{class}'::regclass"
         );
         spi(c.select(&q, None, &args([attrdef.into()])))
-            .map(|r| (spi(r.get(1)), spi(r.get(2))))
+            .map(|r| (spi(r.get(1)), spi(r.get(2)), spi(r.get::<String>(3))))
             .collect()
     };
-    if nextval.is_some() && depends_on("pg_proc").iter().any(|(_, f)| *f == nextval) {
+    if nextval.is_some() && depends_on("pg_proc").iter().any(|(_, f, _)| *f == nextval) {
         return (OldDefault::Snowflake, None);
     }
     if !expr.starts_with("nextval(") {
         return (OldDefault::Other(expr), None);
     }
-    let Some((Some(sequence), Some(seq))) = depends_on("pg_class")
+    let Some((Some(sequence), Some(seq), owner)) = depends_on("pg_class")
         .into_iter()
-        .find(|(name, _)| name.is_some())
+        .find(|(name, _, _)| name.is_some())
     else {
         return (OldDefault::Other(expr), None);
     };
@@ -419,6 +559,7 @@ fn old_default(
     (
         OldDefault::Sequence {
             sequence,
+            owner: owner.unwrap_or_default(),
             shared_with,
         },
         Some(seq),
@@ -442,7 +583,7 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
             "{}, \
              keys AS (SELECT t.relid, a.attnum FROM tree t JOIN pg_attribute a ON a.attrelid = t.relid AND a.attname = $2::name) \
              SELECT DISTINCT k.conrelid, a.attname::text, format('%I.%I', n.nspname, r.relname), format('%I', a.attname), \
-                    format_type(a.atttypid, a.atttypmod), a.attinhcount > 0 \
+                    format_type(a.atttypid, a.atttypmod), a.attinhcount > 0, quote_ident(pg_get_userbyid(r.relowner)) \
              FROM keys JOIN pg_constraint k ON k.contype = 'f' AND k.confrelid = keys.relid AND keys.attnum = ANY(k.confkey) AND k.conparentid = 0 \
              JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[array_position(k.confkey, keys.attnum)] \
              JOIN pg_class r ON r.oid = k.conrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
@@ -460,14 +601,16 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
                     table: spi(r.get(3)).unwrap_or_default(),
                     column: spi(r.get(4)).unwrap_or_default(),
                     type_name: spi(r.get(5)).unwrap_or_default(),
+                    owner: spi(r.get(7)).unwrap_or_default(),
                 },
             };
             // A foreign key made on a partition or child: its column can
             // only change type with the table at the top.
             if spi(r.get::<bool>(6)).unwrap_or(false) {
-                if let Some((relid, table)) = top(c, f.relid) {
+                if let Some((relid, table, owner)) = top(c, f.relid) {
                     f.relid = relid;
                     f.column.table = table;
+                    f.column.owner = owner;
                 }
             }
             if found.iter().any(|g| g.relid == f.relid && g.name == f.name) {
@@ -561,6 +704,7 @@ fn grants(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<Grant> {
             privilege: spi(r.get(1)).unwrap_or_default(),
             column: spi(r.get(2)),
             grantee: spi(r.get(3)).unwrap_or_default(),
+            grantor: spi(r.get(5)).unwrap_or_default(),
             grantable: spi(r.get(4)).unwrap_or(false),
         })
         .collect()
@@ -568,6 +712,7 @@ fn grants(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<Grant> {
 
 const GRANTEE: &str =
     "CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END";
+const GRANTOR: &str = "quote_ident(pg_get_userbyid(x.grantor))";
 
 /// What it takes to make the view again as it was.
 fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
@@ -597,7 +742,7 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
             grants(
                 c,
                 &format!(
-                    "SELECT x.privilege_type, NULL::text, {GRANTEE}, x.is_grantable \
+                    "SELECT x.privilege_type, NULL::text, {GRANTEE}, x.is_grantable, {GRANTOR} \
                      FROM pg_class c, aclexplode(c.relacl) x WHERE c.oid = $1"
                 ),
                 oid,
@@ -606,7 +751,7 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
         column_privileges: grants(
             c,
             &format!(
-                "SELECT x.privilege_type, quote_ident(a.attname), {GRANTEE}, x.is_grantable \
+                "SELECT x.privilege_type, quote_ident(a.attname), {GRANTEE}, x.is_grantable, {GRANTOR} \
                  FROM pg_attribute a, aclexplode(a.attacl) x \
                  WHERE a.attrelid = $1 AND a.attacl IS NOT NULL AND NOT a.attisdropped ORDER BY a.attnum"
             ),
@@ -637,13 +782,13 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
              UNION ALL SELECT 'a security label' FROM pg_seclabel WHERE objoid = $1 AND classoid = 'pg_class'::regclass",
             oid,
         ),
-        // The view is made again by the role running this: its default
+        // The view is made again by its owner: the owner's default
         // privileges in the view's schema (or everywhere) apply to it.
         default_grantees: strings(
             c,
             "SELECT DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END \
              FROM pg_class c, pg_default_acl d, aclexplode(d.defaclacl) x \
-             WHERE c.oid = $1 AND d.defaclrole = (SELECT oid FROM pg_roles WHERE rolname = current_user) \
+             WHERE c.oid = $1 AND d.defaclrole = c.relowner \
                AND d.defaclobjtype = 'r' AND d.defaclnamespace IN (0, c.relnamespace) AND x.grantee <> d.defaclrole \
              ORDER BY 1",
             oid,

@@ -276,6 +276,9 @@ mod tests {
             got,
             [
                 "snowflake_adopt_settings() v1u",
+                // A trigger function: called by its trigger alone, never in
+                // a query, where these attributes would matter.
+                "snowflake_claims_guard() v0u",
                 "snowflake_convert(regclass,name,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",

@@ -229,8 +229,8 @@ class Server:
         self.reload()
         self.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
 
-    def connect(self, dbname="postgres", autocommit=True):
-        conn = psycopg2.connect(host=self.dir, port=self.port, user="postgres", dbname=dbname)
+    def connect(self, dbname="postgres", autocommit=True, user="postgres"):
+        conn = psycopg2.connect(host=self.dir, port=self.port, user=user, dbname=dbname)
         conn.autocommit = autocommit
         return conn
 
@@ -245,18 +245,18 @@ class Server:
                     raise
                 time.sleep(0.1)
 
-    def sql(self, query, args=None):
+    def sql(self, query, args=None, dbname="postgres", user="postgres"):
         """Runs one statement in a fresh session; returns all rows."""
-        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+        with contextlib.closing(self.connect(dbname=dbname, user=user)) as conn, conn.cursor() as cur:
             cur.execute(query, args)
             return cur.fetchall() if cur.description else []
 
-    def one(self, query, args=None):
-        return self.sql(query, args)[0][0]
+    def one(self, query, args=None, dbname="postgres", user="postgres"):
+        return self.sql(query, args, dbname=dbname, user=user)[0][0]
 
-    def error(self, query):
+    def error(self, query, dbname="postgres", user="postgres"):
         """Runs `query` expecting an error; returns (sqlstate, message, hint)."""
-        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+        with contextlib.closing(self.connect(dbname=dbname, user=user)) as conn, conn.cursor() as cur:
             try:
                 cur.execute(query)
             except psycopg2.Error as e:

@@ -43,7 +43,8 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         # the view with its columns.
         catalog = """
             SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-                   provolatile::text, proisstrict, proparallel::text, coalesce(proacl::text, '')
+                   provolatile::text, proisstrict, proparallel::text, coalesce(proacl::text, ''),
+                   coalesce(proconfig::text, '')
             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
             UNION ALL SELECT relname, relkind::text,
@@ -53,7 +54,11 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
                               FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped),
                              (SELECT string_agg(pg_get_constraintdef(k.oid), '; ' ORDER BY 1)
                               FROM pg_constraint k WHERE k.conrelid = c.oid),
-                             false, '', coalesce(relacl::text, '')
+                             false, '', coalesce(relacl::text, ''),
+                             -- its triggers, and when they fire
+                             coalesce((SELECT string_agg(t.tgenabled::text || ' ' || pg_get_triggerdef(t.oid), '; '
+                                                         ORDER BY t.tgname)
+                                       FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '')
             FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
             ORDER BY 1"""
@@ -64,5 +69,9 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         assert any("pg_read_all_stats" in row[6] for row in updated), updated
         assert {row[0] for row in updated} >= {"snowflake_status", "snowflake_claims"}, updated
         assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
+        assert "A CREATE TRIGGER snowflake_claims_guard BEFORE" in dict((r[0], r[7]) for r in updated)["snowflake_claims"]
+        # snowflake_convert pins its search path and turns row security off.
+        assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean)"] \
+            == "{\"search_path=pg_catalog, pg_temp\",row_security=off}"
     finally:
         srv.destroy()

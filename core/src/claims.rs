@@ -42,12 +42,108 @@ pub struct Claim {
     pub last_seen_ms: UnixMs,
 }
 
+/// The most of a server's name a report shows: names come from other
+/// servers' rows, and one long name must not push the rest of a refusal
+/// out of the space shared memory gives it.
+const NAME_SHOWN: usize = 64;
+
+/// A name from a row as reports show it: control characters replaced, cut
+/// to `NAME_SHOWN` characters.
+pub fn shown(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .take(NAME_SHOWN)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if name.chars().nth(NAME_SHOWN).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// One row of the claims table as read, before it is believed: any column
+/// may be missing or out of range (rows arrive from other servers, and a
+/// table is only as tidy as whoever could write it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    pub worker_id: Option<i32>,
+    pub system_identifier: Option<i64>,
+    pub timeline: Option<i64>,
+    pub instance: Option<i64>,
+    pub name: Option<String>,
+    /// Seconds since 1970, as `date_part('epoch', ...)` gives them: infinite
+    /// for the timestamps `infinity` and `-infinity`.
+    pub claimed_at_s: Option<f64>,
+    pub last_seen_s: Option<f64>,
+}
+
+/// Instants further than this from 1970 (about 3,000 years) are no time a
+/// live server wrote.
+const LATEST_S: f64 = 1e11;
+
+impl Row {
+    /// The claim this row makes, or why it cannot be judged (for the log
+    /// and `problem`): it is then skipped, and the other rows still count.
+    pub fn claim(&self) -> Result<Claim, String> {
+        let missing = |what: &str| format!("{what} is NULL");
+        let worker_id = self.worker_id.ok_or_else(|| missing("worker_id"))?;
+        let worker_id =
+            u32::try_from(worker_id).map_err(|_| format!("worker_id {worker_id} is negative"))?;
+        let system_identifier = self
+            .system_identifier
+            .ok_or_else(|| missing("system_identifier"))? as u64;
+        let timeline = self.timeline.ok_or_else(|| missing("timeline"))?;
+        let timeline = u32::try_from(timeline)
+            .ok()
+            .filter(|t| *t > 0)
+            .ok_or_else(|| format!("timeline {timeline} is not a timeline"))?;
+        let instance = self.instance.ok_or_else(|| missing("instance"))? as u64;
+        let name = self.name.clone().ok_or_else(|| missing("name"))?;
+        let ms = |what: &str, s: Option<f64>| -> Result<UnixMs, String> {
+            match s {
+                None => Err(missing(what)),
+                Some(s) if s.is_finite() && s.abs() < LATEST_S => {
+                    Ok((s * 1000.0).floor() as UnixMs)
+                }
+                Some(s) if s.is_infinite() => Err(format!(
+                    "{what} is {}infinity",
+                    if s < 0.0 { "-" } else { "" }
+                )),
+                Some(_) => Err(format!("{what} is out of range")),
+            }
+        };
+        Ok(Claim {
+            who: Claimant {
+                system_identifier,
+                timeline,
+                worker_id,
+                instance,
+            },
+            name,
+            claimed_at_ms: ms("claimed_at", self.claimed_at_s)?,
+            last_seen_ms: ms("last_seen", self.last_seen_s)?,
+        })
+    }
+
+    /// The row, for a report that it was skipped because of `why`.
+    pub fn describe_skipped(&self, why: &str) -> String {
+        let or_null = |v: Option<String>| v.unwrap_or_else(|| "NULL".into());
+        format!(
+            "a row of snowflake_claims is skipped, it cannot be judged ({why}): worker_id {}, system_identifier {}, timeline {}, name \"{}\"",
+            or_null(self.worker_id.map(|v| v.to_string())),
+            or_null(self.system_identifier.map(|v| v.to_string())),
+            or_null(self.timeline.map(|v| v.to_string())),
+            or_null(self.name.as_deref().map(shown)),
+        )
+    }
+}
+
 impl Claim {
     fn describe(&self, now_ms: UnixMs) -> String {
         let ago = (now_ms - self.last_seen_ms).max(0) as u64;
         format!(
             "\"{}\" (system identifier {}, timeline {}, claimed {}, last seen {} ago)",
-            self.name,
+            shown(&self.name),
             self.who.system_identifier,
             self.who.timeline,
             format_instant(self.claimed_at_ms),
@@ -111,8 +207,24 @@ impl Finding {
 fn refusal_reason(other: &Claim) -> String {
     format!(
         "This server claimed the worker id after \"{0}\" did, or is the old primary of \"{0}\", a standby promoted since; it issues no IDs while that claim is live.",
-        other.name
+        shown(&other.name)
     )
+}
+
+/// One row per claimant, the most recently refreshed: a table can hold an
+/// older copy of a claim beside the current one (a subscriber keeps what a
+/// publisher removed without telling it), and a claim seen at two
+/// `last_seen`s in turn would look alive forever.
+pub fn newest_per_claimant(claims: &[Claim]) -> Vec<&Claim> {
+    let mut newest: Vec<&Claim> = Vec::with_capacity(claims.len());
+    for c in claims {
+        match newest.iter_mut().find(|n| n.who == c.who) {
+            Some(n) if n.last_seen_ms < c.last_seen_ms => *n = c,
+            Some(_) => {}
+            None => newest.push(c),
+        }
+    }
+    newest
 }
 
 /// Which of two live claimants of one worker id must stop: the old primary
@@ -160,7 +272,11 @@ impl Observer {
             .or_insert((claim.last_seen_ms, first));
         if entry.0 != claim.last_seen_ms {
             // A remembered claim's first sighting is not a change.
-            let changed = if entry.0 == UnixMs::MIN { entry.1 } else { now_ms };
+            let changed = if entry.0 == UnixMs::MIN {
+                entry.1
+            } else {
+                now_ms
+            };
             *entry = (claim.last_seen_ms, changed);
         }
         ((now_ms - entry.1).max(0) as u64) < STALE_AFTER_MS
@@ -176,8 +292,8 @@ impl Observer {
     /// Judges every claim this server holds, `me` being its own claim.
     pub fn judge(&mut self, me: &Claim, claims: &[Claim], now_ms: UnixMs) -> Vec<Finding> {
         let mine = |c: &Claim| c.who.system_identifier == me.who.system_identifier;
-        let live: Vec<&Claim> = claims
-            .iter()
+        let live: Vec<&Claim> = newest_per_claimant(claims)
+            .into_iter()
             // This server's own rows, under this worker id or another it
             // had earlier in this run.
             .filter(|c| {
@@ -210,6 +326,96 @@ impl Observer {
     }
 }
 
+/// The claim a server holds, as it remembers it across restarts: when it
+/// first claimed this worker id on this system and timeline. The table is
+/// not where this lives: a row can be deleted, truncated or made again with
+/// the extension, and a claim whose time restarted would turn the earlier
+/// claimant into the later one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub system_identifier: u64,
+    pub timeline: u32,
+    pub worker_id: u32,
+    pub claimed_at_ms: UnixMs,
+}
+
+/// What a server keeps of its claims in its data directory (the file
+/// `snowflake_id.claims`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// The instance number of the start that wrote it.
+    pub instance: u64,
+    /// The claim this server was refusing on, if any.
+    pub refused_by: Option<Claimant>,
+    pub held: Option<Held>,
+}
+
+impl Memory {
+    /// Reads the file's text. Lines it does not know are skipped (a newer
+    /// version's, or damage): the worst a lost line costs is a claim's time
+    /// taken afresh, or a refusal not carried over a restart.
+    pub fn parse(text: &str) -> Memory {
+        let mut m = Memory::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["instance", i] => m.instance = i.parse().unwrap_or(0),
+                ["refused_by", s, t, w, i] => {
+                    m.refused_by = (|| {
+                        Some(Claimant {
+                            system_identifier: s.parse().ok()?,
+                            timeline: t.parse().ok()?,
+                            worker_id: w.parse().ok()?,
+                            instance: i.parse().ok()?,
+                        })
+                    })()
+                }
+                ["held", s, t, w, at] => {
+                    m.held = (|| {
+                        Some(Held {
+                            system_identifier: s.parse().ok()?,
+                            timeline: t.parse().ok()?,
+                            worker_id: w.parse().ok()?,
+                            claimed_at_ms: at.parse().ok()?,
+                        })
+                    })()
+                }
+                _ => {}
+            }
+        }
+        m
+    }
+
+    pub fn text(&self) -> String {
+        let mut text = format!("instance {}\n", self.instance);
+        if let Some(c) = &self.refused_by {
+            text.push_str(&format!(
+                "refused_by {} {} {} {}\n",
+                c.system_identifier, c.timeline, c.worker_id, c.instance
+            ));
+        }
+        if let Some(h) = &self.held {
+            text.push_str(&format!(
+                "held {} {} {} {}\n",
+                h.system_identifier, h.timeline, h.worker_id, h.claimed_at_ms
+            ));
+        }
+        text
+    }
+
+    /// When this server claimed `who`'s worker id, if it remembers: only
+    /// for the same system, timeline and worker id.
+    pub fn claimed_at(&self, who: &Claimant) -> Option<UnixMs> {
+        self.held
+            .as_ref()
+            .filter(|h| {
+                (h.system_identifier, h.timeline, h.worker_id)
+                    == (who.system_identifier, who.timeline, who.worker_id)
+            })
+            .map(|h| h.claimed_at_ms)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +440,154 @@ mod tests {
             claimed_at_ms,
             last_seen_ms,
         }
+    }
+
+    fn row(worker_id: i32, claimed_at_s: f64, last_seen_s: f64) -> Row {
+        Row {
+            worker_id: Some(worker_id),
+            system_identifier: Some(7),
+            timeline: Some(1),
+            instance: Some(3),
+            name: Some("db7".into()),
+            claimed_at_s: Some(claimed_at_s),
+            last_seen_s: Some(last_seen_s),
+        }
+    }
+
+    #[test]
+    fn a_row_in_range_is_a_claim() {
+        let c = row(5, 1_790_000_000.5, 1_790_000_002.25).claim().unwrap();
+        assert_eq!(c.who.worker_id, 5);
+        assert_eq!(
+            (c.claimed_at_ms, c.last_seen_ms),
+            (1_790_000_000_500, 1_790_000_002_250)
+        );
+    }
+
+    #[test]
+    fn rows_that_cannot_be_judged_say_why() {
+        let why = |r: Row| r.claim().unwrap_err();
+        assert_eq!(why(row(-1, 1.0, 1.0)), "worker_id -1 is negative");
+        assert_eq!(
+            why(row(5, f64::NEG_INFINITY, 1.0)),
+            "claimed_at is -infinity"
+        );
+        assert_eq!(why(row(5, 1.0, f64::INFINITY)), "last_seen is infinity");
+        assert_eq!(why(row(5, 1.0, 9.2e15)), "last_seen is out of range");
+        assert_eq!(
+            why(Row {
+                timeline: Some(0),
+                ..row(5, 1.0, 1.0)
+            }),
+            "timeline 0 is not a timeline"
+        );
+        assert_eq!(
+            why(Row {
+                timeline: Some(1 << 40),
+                ..row(5, 1.0, 1.0)
+            }),
+            "timeline 1099511627776 is not a timeline"
+        );
+        assert_eq!(
+            why(Row {
+                name: None,
+                ..row(5, 1.0, 1.0)
+            }),
+            "name is NULL"
+        );
+        assert_eq!(why(Row::default()), "worker_id is NULL");
+        let text = Row {
+            name: Some("x".repeat(5_000)),
+            ..row(-1, 1.0, 1.0)
+        }
+        .describe_skipped("worker_id -1 is negative");
+        assert!(text.len() < 300, "{text}");
+        assert!(
+            text.contains("worker_id -1,") && text.ends_with(&format!("\"{}…\"", "x".repeat(64))),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn names_are_shown_short_and_printable() {
+        assert_eq!(shown("db1"), "db1");
+        assert_eq!(shown("a\nb\u{7}c"), "a?b?c");
+        assert_eq!(shown(&"é".repeat(70)), format!("{}…", "é".repeat(64)));
+    }
+
+    #[test]
+    fn an_older_copy_of_a_claim_beside_the_current_one_does_not_keep_it_alive() {
+        let me = claim(2, 1, 5, T0 + 1_000, T0);
+        let current = claim(1, 1, 5, T0, T0);
+        let older = Claim {
+            last_seen_ms: T0 - 60_000,
+            ..current.clone()
+        };
+        let mut obs = Observer::default();
+        assert_eq!(
+            obs.judge(&me, &[older.clone(), current.clone()], T0).len(),
+            1
+        );
+        // Read in either order, the current copy counts: unchanged, it goes stale.
+        assert_eq!(
+            obs.judge(&me, &[current.clone(), older.clone()], T0 + 2_000)
+                .len(),
+            1
+        );
+        assert_eq!(
+            obs.judge(&me, &[older, current], T0 + STALE_AFTER_MS as i64),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn the_memory_file_round_trips_and_skips_what_it_does_not_know() {
+        let m = Memory {
+            instance: 42,
+            refused_by: Some(claim(9, 2, 5, T0, T0).who),
+            held: Some(Held {
+                system_identifier: 1,
+                timeline: 3,
+                worker_id: 5,
+                claimed_at_ms: T0,
+            }),
+        };
+        assert_eq!(Memory::parse(&m.text()), m);
+        let damaged = format!(
+            "garbage\n{}held 1 x 5 7\nfuture line 1 2 3\n",
+            "instance 42\n"
+        );
+        assert_eq!(
+            Memory::parse(&damaged),
+            Memory {
+                instance: 42,
+                ..Memory::default()
+            }
+        );
+        assert_eq!(Memory::parse(""), Memory::default());
+    }
+
+    #[test]
+    fn a_remembered_claim_counts_for_its_own_system_timeline_and_worker_id_only() {
+        let m = Memory {
+            held: Some(Held {
+                system_identifier: 1,
+                timeline: 3,
+                worker_id: 5,
+                claimed_at_ms: T0,
+            }),
+            ..Memory::default()
+        };
+        let who = |s, t, w| Claimant {
+            system_identifier: s,
+            timeline: t,
+            worker_id: w,
+            instance: 99,
+        };
+        assert_eq!(m.claimed_at(&who(1, 3, 5)), Some(T0));
+        assert_eq!(m.claimed_at(&who(1, 4, 5)), None);
+        assert_eq!(m.claimed_at(&who(1, 3, 6)), None);
+        assert_eq!(m.claimed_at(&who(2, 3, 5)), None);
     }
 
     #[test]
@@ -268,7 +622,7 @@ mod tests {
         let a = claim(1, 1, 5, T0, T0);
         let b = claim(2, 1, 5, T0, T0);
         assert!(matches!(
-            Observer::default().judge(&b, &[a.clone()], T0)[0],
+            Observer::default().judge(&b, std::slice::from_ref(&a), T0)[0],
             Finding::Refuse(_)
         ));
         assert!(matches!(
@@ -285,19 +639,22 @@ mod tests {
         let promoted = claim(9, 2, 5, T0 + 50_000, T0 + 70_000);
         let now = T0 + 70_000;
         assert_eq!(
-            Observer::default().judge(&old, &[promoted.clone()], now),
+            Observer::default().judge(&old, std::slice::from_ref(&promoted), now),
             vec![Finding::Refuse(promoted.clone())]
         );
         // The promoted side believes a copy of its own history only once it
         // changes (see the test below).
         let mut obs = Observer::default();
-        assert_eq!(obs.judge(&promoted, &[old.clone()], now), vec![]);
+        assert_eq!(
+            obs.judge(&promoted, std::slice::from_ref(&old), now),
+            vec![]
+        );
         let refreshed = Claim {
             last_seen_ms: now + 2_000,
             ..old
         };
         assert_eq!(
-            obs.judge(&promoted, &[refreshed.clone()], now + 2_000),
+            obs.judge(&promoted, std::slice::from_ref(&refreshed), now + 2_000),
             vec![Finding::Warn(refreshed)]
         );
     }
@@ -309,12 +666,18 @@ mod tests {
         let promoted = claim(9, 2, 5, T0 + 1_000, T0 + 1_000);
         let mut old = claim(9, 1, 5, T0 - 60_000, T0);
         let mut obs = Observer::default();
-        assert_eq!(obs.judge(&promoted, &[old.clone()], T0 + 1_000), vec![]);
-        assert_eq!(obs.judge(&promoted, &[old.clone()], T0 + 3_000), vec![]);
+        assert_eq!(
+            obs.judge(&promoted, std::slice::from_ref(&old), T0 + 1_000),
+            vec![]
+        );
+        assert_eq!(
+            obs.judge(&promoted, std::slice::from_ref(&old), T0 + 3_000),
+            vec![]
+        );
         // A split brain: the old primary still refreshes it.
         old.last_seen_ms = T0 + 3_000;
         assert_eq!(
-            obs.judge(&promoted, &[old.clone()], T0 + 3_100),
+            obs.judge(&promoted, std::slice::from_ref(&old), T0 + 3_100),
             vec![Finding::Warn(old)]
         );
     }
@@ -351,9 +714,27 @@ mod tests {
         let mut obs = Observer::default();
         let start = T0 + 100_000;
         obs.remember(other.who.clone(), start);
-        assert_eq!(obs.judge(&me, &[other.clone()], start), vec![Finding::Refuse(other.clone())]);
-        assert_eq!(obs.judge(&me, &[other.clone()], start + STALE_AFTER_MS as i64 - 1).len(), 1);
-        assert_eq!(obs.judge(&me, &[other.clone()], start + STALE_AFTER_MS as i64), vec![]);
+        assert_eq!(
+            obs.judge(&me, std::slice::from_ref(&other), start),
+            vec![Finding::Refuse(other.clone())]
+        );
+        assert_eq!(
+            obs.judge(
+                &me,
+                std::slice::from_ref(&other),
+                start + STALE_AFTER_MS as i64 - 1
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            obs.judge(
+                &me,
+                std::slice::from_ref(&other),
+                start + STALE_AFTER_MS as i64
+            ),
+            vec![]
+        );
         // Without the memory it would have been stale at once.
         assert_eq!(Observer::default().judge(&me, &[other], start), vec![]);
     }
@@ -363,7 +744,10 @@ mod tests {
         let me = claim(1, 1, 6, T0, T0);
         let earlier_id = claim(1, 1, 5, T0 - 60_000, T0 - 1_000);
         let other = claim(2, 1, 5, T0, T0);
-        assert_eq!(Observer::default().judge(&me, &[earlier_id, other], T0), vec![]);
+        assert_eq!(
+            Observer::default().judge(&me, &[earlier_id, other], T0),
+            vec![]
+        );
     }
 
     #[test]
@@ -371,22 +755,30 @@ mod tests {
         let me = claim(2, 1, 5, T0 + 1_000, T0);
         let mut obs = Observer::default();
         let mut other = claim(1, 1, 5, T0, T0);
-        assert_eq!(obs.judge(&me, &[other.clone()], T0).len(), 1);
+        assert_eq!(obs.judge(&me, std::slice::from_ref(&other), T0).len(), 1);
         // Refreshed: live however far its clock is from ours.
         other.last_seen_ms = T0 - 3_600_000;
-        assert_eq!(obs.judge(&me, &[other.clone()], T0 + 2_000).len(), 1);
+        assert_eq!(
+            obs.judge(&me, std::slice::from_ref(&other), T0 + 2_000)
+                .len(),
+            1
+        );
         // Not refreshed for STALE_AFTER_MS of our time: stale, nothing refused.
         assert_eq!(
             obs.judge(
                 &me,
-                &[other.clone()],
+                std::slice::from_ref(&other),
                 T0 + 2_000 + STALE_AFTER_MS as i64 - 1
             )
             .len(),
             1
         );
         assert_eq!(
-            obs.judge(&me, &[other.clone()], T0 + 2_000 + STALE_AFTER_MS as i64),
+            obs.judge(
+                &me,
+                std::slice::from_ref(&other),
+                T0 + 2_000 + STALE_AFTER_MS as i64
+            ),
             vec![]
         );
         // Refreshed again: live again.
@@ -401,7 +793,7 @@ mod tests {
         assert_eq!(Observer::default().judge(&me, &[old], T0), vec![]);
         let recent = claim(1, 1, 5, T0 - 1_000, T0 - 3_000);
         assert_eq!(
-            Observer::default().judge(&me, &[recent.clone()], T0),
+            Observer::default().judge(&me, std::slice::from_ref(&recent), T0),
             vec![Finding::Refuse(recent)]
         );
     }

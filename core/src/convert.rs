@@ -6,6 +6,12 @@
 //! Identifiers, literals and view definitions arrive already quoted: the
 //! shell has Postgres quote them (`format('%I')`, `quote_literal`,
 //! `pg_get_viewdef`), so nothing here guesses at SQL's quoting rules.
+//!
+//! Each statement names the role it runs as: the owner of what it changes
+//! (so a table owner's code, a CHECK constraint or an index expression that
+//! the rewrite evaluates, runs with that owner's rights and no more, as
+//! Postgres runs maintenance), or, for a privilege given again, the role
+//! that had granted it (so grant chains come back as they were).
 
 use crate::failure::{Class, Failure};
 
@@ -38,6 +44,8 @@ pub struct Column {
     pub column: String,
     /// `format_type` of its type.
     pub type_name: String,
+    /// The table's owner, a quoted role.
+    pub owner: String,
 }
 
 impl Column {
@@ -59,6 +67,8 @@ pub enum OldDefault {
     Sequence {
         /// The sequence, qualified and quoted.
         sequence: String,
+        /// Its owner, a quoted role.
+        owner: String,
         /// Other columns whose defaults take from it (not this table's
         /// partitions or children, whose defaults follow the parent's).
         shared_with: Vec<String>,
@@ -89,6 +99,8 @@ pub struct Grant {
     pub column: Option<String>,
     /// A quoted role, or `PUBLIC`.
     pub grantee: String,
+    /// The quoted role that granted it.
+    pub grantor: String,
     pub grantable: bool,
 }
 
@@ -116,8 +128,8 @@ pub struct View {
     pub depends_on: Vec<String>,
     /// What on it cannot be made again here (its triggers and rules).
     pub attached: Vec<String>,
-    /// Roles that the converting role's default privileges would grant
-    /// the view when it is made again: taken back.
+    /// Roles that the owner's default privileges would grant the view
+    /// when it is made again: taken back.
     pub default_grantees: Vec<String>,
 }
 
@@ -232,6 +244,7 @@ pub fn check(f: &Facts) -> Result<(), Failure> {
         if let OldDefault::Sequence {
             sequence,
             shared_with,
+            ..
         } = &f.default
         {
             if !shared_with.is_empty() {
@@ -259,9 +272,46 @@ pub fn widened(f: &Facts) -> Vec<&Column> {
         .collect()
 }
 
+/// One statement of a conversion and who runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    pub sql: String,
+    /// The quoted role it runs as; `None`: the role calling.
+    pub role: Option<String>,
+    /// For a step run as an object's owner, that object ("table
+    /// public.orders"): the caller must have the privileges of its owner,
+    /// as for the statement itself. `None` for the caller's own steps and
+    /// for privileges given again by their grantors.
+    pub owner_of: Option<String>,
+}
+
+impl Step {
+    fn caller(sql: String) -> Step {
+        Step {
+            sql,
+            role: None,
+            owner_of: None,
+        }
+    }
+
+    fn owner(sql: String, role: &str, of: String) -> Step {
+        Step {
+            sql,
+            role: Some(role.to_string()),
+            owner_of: Some(of),
+        }
+    }
+}
+
 /// The statements that convert the column, in the order they must run.
 /// Empty when there is nothing left to do (a second run).
 pub fn plan(f: &Facts) -> Result<Vec<String>, Failure> {
+    Ok(steps(f)?.into_iter().map(|s| s.sql).collect())
+}
+
+/// `plan`, with who runs each statement. The first is the lock, the
+/// caller's.
+pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
     check(f)?;
     let widened = widened(f);
     let new_default = f.default != OldDefault::Snowflake;
@@ -292,22 +342,31 @@ pub fn plan(f: &Facts) -> Result<Vec<String>, Failure> {
         .hint("Drop the view, run snowflake_convert, and create the view and what is on it again."));
     }
     let views = creation_order(&f.views);
-    let mut sql = vec![lock(f)];
+    let mut sql = vec![Step::caller(lock(f))];
+    let as_table_owner =
+        |text: String, c: &Column| Step::owner(text, &c.owner, format!("table {}", c.table));
     for v in views.iter().rev() {
-        sql.push(format!("DROP VIEW {}", v.name));
+        sql.push(Step::owner(
+            format!("DROP VIEW {}", v.name),
+            &v.owner,
+            format!("view {}", v.name),
+        ));
     }
     if f.default == OldDefault::Identity {
-        sql.push(format!(
-            "ALTER TABLE {} ALTER COLUMN {} DROP IDENTITY",
-            f.target.table, f.target.column
+        sql.push(as_table_owner(
+            format!(
+                "ALTER TABLE {} ALTER COLUMN {} DROP IDENTITY",
+                f.target.table, f.target.column
+            ),
+            &f.target,
         ));
     }
     // One ALTER per table: one rewrite of it, however many columns widen.
-    let mut tables: Vec<(&str, Vec<&str>)> = Vec::new();
+    let mut tables: Vec<(&Column, Vec<&str>)> = Vec::new();
     for c in &widened {
-        match tables.iter_mut().find(|(t, _)| *t == c.table) {
+        match tables.iter_mut().find(|(t, _)| t.table == c.table) {
             Some((_, cols)) => cols.push(&c.column),
-            None => tables.push((&c.table, vec![&c.column])),
+            None => tables.push((c, vec![&c.column])),
         }
     }
     for (table, cols) in tables {
@@ -315,21 +374,40 @@ pub fn plan(f: &Facts) -> Result<Vec<String>, Failure> {
             .iter()
             .map(|c| format!("ALTER COLUMN {c} TYPE bigint"))
             .collect();
-        sql.push(format!("ALTER TABLE {table} {}", alters.join(", ")));
-    }
-    if new_default {
-        sql.push(format!(
-            "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
-            f.target.table, f.target.column, f.nextval
+        sql.push(as_table_owner(
+            format!("ALTER TABLE {} {}", table.table, alters.join(", ")),
+            table,
         ));
     }
-    if let (true, OldDefault::Sequence { sequence, .. }) = (f.drop_sequence, &f.default) {
-        sql.push(format!("DROP SEQUENCE {sequence}"));
+    if new_default {
+        sql.push(as_table_owner(
+            format!(
+                "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}",
+                f.target.table, f.target.column, f.nextval
+            ),
+            &f.target,
+        ));
+    }
+    if let (
+        true,
+        OldDefault::Sequence {
+            sequence, owner, ..
+        },
+    ) = (f.drop_sequence, &f.default)
+    {
+        sql.push(Step::owner(
+            format!("DROP SEQUENCE {sequence}"),
+            owner,
+            format!("sequence {sequence}"),
+        ));
     }
     for v in views {
         recreate(v, &mut sql);
     }
-    Ok(sql.into_iter().map(|s| s + ";").collect())
+    for s in &mut sql {
+        s.sql.push(';');
+    }
+    Ok(sql)
 }
 
 /// Tables that hold copies of the key are locked before the table itself,
@@ -346,7 +424,7 @@ fn lock(f: &Facts) -> String {
 /// The tables `lock` names, in its order.
 pub fn lock_order(f: &Facts) -> Vec<&str> {
     let mut refs: Vec<&Referencing> = f.referencing.iter().collect();
-    refs.sort_by(|a, b| b.depth.cmp(&a.depth));
+    refs.sort_by_key(|r| std::cmp::Reverse(r.depth));
     let mut tables: Vec<&str> = Vec::new();
     for r in refs {
         let t = r.column.table.as_str();
@@ -379,14 +457,20 @@ fn creation_order(views: &[View]) -> Vec<&View> {
     out
 }
 
-fn recreate(v: &View, sql: &mut Vec<String>) {
+/// A view made again by its owner, as it was: options, privileges (each
+/// given again by the role that had given it, so that a REVOKE ... CASCADE
+/// from that role still reaches the ones it gave), comments.
+fn recreate(v: &View, sql: &mut Vec<Step>) {
     let with = if v.options.is_empty() {
         String::new()
     } else {
         format!(" WITH ({})", v.options.join(", "))
     };
-    sql.push(format!("CREATE VIEW {}{with} AS {}", v.name, v.definition));
-    sql.push(format!("ALTER VIEW {} OWNER TO {}", v.name, v.owner));
+    let owned = |text: String| Step::owner(text, &v.owner, format!("view {}", v.name));
+    sql.push(owned(format!(
+        "CREATE VIEW {}{with} AS {}",
+        v.name, v.definition
+    )));
     if let Some(grants) = &v.privileges {
         // Explicit privileges replace the owner's defaults, so start from
         // none, and from none of what default privileges gave the new view.
@@ -397,8 +481,12 @@ fn recreate(v: &View, sql: &mut Vec<String>) {
                 .map(|g| g.as_str())
                 .filter(|g| *g != "PUBLIC" && *g != v.owner),
         );
-        sql.push(format!("REVOKE ALL ON {} FROM {}", v.name, from.join(", ")));
-        grant(&v.name, grants, sql);
+        sql.push(owned(format!(
+            "REVOKE ALL ON {} FROM {}",
+            v.name,
+            from.join(", ")
+        )));
+        grant(v, grants, sql);
     } else {
         let from: Vec<&str> = v
             .default_grantees
@@ -407,40 +495,68 @@ fn recreate(v: &View, sql: &mut Vec<String>) {
             .filter(|g| *g != v.owner)
             .collect();
         if !from.is_empty() {
-            sql.push(format!("REVOKE ALL ON {} FROM {}", v.name, from.join(", ")));
+            sql.push(owned(format!(
+                "REVOKE ALL ON {} FROM {}",
+                v.name,
+                from.join(", ")
+            )));
         }
     }
-    grant(&v.name, &v.column_privileges, sql);
+    grant(v, &v.column_privileges, sql);
     if let Some(c) = &v.comment {
-        sql.push(format!("COMMENT ON VIEW {} IS {c}", v.name));
+        sql.push(owned(format!("COMMENT ON VIEW {} IS {c}", v.name)));
     }
     for (col, c) in &v.column_comments {
-        sql.push(format!("COMMENT ON COLUMN {}.{col} IS {c}", v.name));
+        sql.push(owned(format!("COMMENT ON COLUMN {}.{col} IS {c}", v.name)));
     }
 }
 
-/// One GRANT per grantee (and grant option), in the order first seen.
-fn grant(on: &str, grants: &[Grant], sql: &mut Vec<String>) {
-    let mut groups: Vec<(&str, bool, Vec<String>)> = Vec::new();
+/// The GRANTs that give `grants` on `v` again, each by its grantor, one
+/// per grantor, grantee and grant option (in the order first seen), every
+/// grantor's after those that gave it the grant option.
+fn grant(v: &View, grants: &[Grant], sql: &mut Vec<Step>) {
+    let mut groups: Vec<(&str, &str, bool, Vec<String>)> = Vec::new();
     for g in grants {
         let privilege = match &g.column {
             Some(c) => format!("{} ({c})", g.privilege),
             None => g.privilege.clone(),
         };
-        match groups
-            .iter_mut()
-            .find(|(who, option, _)| *who == g.grantee && *option == g.grantable)
-        {
-            Some((_, _, list)) => list.push(privilege),
-            None => groups.push((&g.grantee, g.grantable, vec![privilege])),
+        match groups.iter_mut().find(|(by, who, option, _)| {
+            *by == g.grantor && *who == g.grantee && *option == g.grantable
+        }) {
+            Some((_, _, _, list)) => list.push(privilege),
+            None => groups.push((&g.grantor, &g.grantee, g.grantable, vec![privilege])),
         }
     }
-    for (who, option, list) in groups {
+    // The owner grants first; then whoever has been given the grant option
+    // by a grant already made, until no one is left (a grant whose grantor
+    // has it from no one here is given by the owner: it could not stand).
+    let mut able: Vec<&str> = vec![v.owner.as_str()];
+    while !groups.is_empty() {
+        let next = groups
+            .iter()
+            .position(|(by, ..)| able.contains(by))
+            .unwrap_or(0);
+        let (by, who, option, list) = groups.remove(next);
+        let by = if able.contains(&by) {
+            by
+        } else {
+            v.owner.as_str()
+        };
+        if option {
+            able.push(who);
+        }
         let option = if option { " WITH GRANT OPTION" } else { "" };
-        sql.push(format!(
-            "GRANT {} ON {on} TO {who}{option}",
-            list.join(", ")
-        ));
+        let text = format!("GRANT {} ON {} TO {who}{option}", list.join(", "), v.name);
+        sql.push(if by == v.owner {
+            Step::owner(text, by, format!("view {}", v.name))
+        } else {
+            Step {
+                sql: text,
+                role: Some(by.to_string()),
+                owner_of: None,
+            }
+        });
     }
 }
 
@@ -474,6 +590,7 @@ mod tests {
             table: table.into(),
             column: column.into(),
             type_name: type_name.into(),
+            owner: "app".into(),
         }
     }
 
@@ -485,6 +602,7 @@ mod tests {
             is_key: true,
             default: OldDefault::Sequence {
                 sequence: "public.orders_id_seq".into(),
+                owner: "seq_owner".into(),
                 shared_with: vec![],
             },
             references: None,
@@ -603,6 +721,7 @@ mod tests {
             privilege: privilege.into(),
             column: None,
             grantee: grantee.into(),
+            grantor: "app".into(),
             grantable,
         };
         top.privileges = Some(vec![
@@ -614,6 +733,7 @@ mod tests {
             privilege: privilege.into(),
             column: Some("id".into()),
             grantee: "\"Writer\"".into(),
+            grantor: "app".into(),
             grantable: false,
         };
         top.column_privileges = vec![on_id("UPDATE"), on_id("SELECT")];
@@ -670,7 +790,6 @@ mod tests {
         assert_eq!(
             top_end[1..],
             [
-                "ALTER VIEW public.top OWNER TO app;",
                 "REVOKE ALL ON public.top FROM PUBLIC, app;",
                 "GRANT SELECT, INSERT ON public.top TO PUBLIC;",
                 "GRANT SELECT ON public.top TO app WITH GRANT OPTION;",
@@ -725,6 +844,7 @@ mod tests {
             Facts {
                 default: OldDefault::Sequence {
                     sequence: "public.shared".into(),
+                    owner: "app".into(),
                     shared_with: vec!["public.other.id".into()],
                 },
                 drop_sequence: true,
@@ -757,6 +877,7 @@ mod tests {
         let shared = Facts {
             default: OldDefault::Sequence {
                 sequence: "public.shared".into(),
+                owner: "app".into(),
                 shared_with: vec!["public.other.id".into()],
             },
             ..serial()
@@ -812,6 +933,111 @@ mod tests {
             ..plain
         })
         .is_ok());
+    }
+
+    #[test]
+    fn each_statement_runs_as_the_owner_of_what_it_changes() {
+        let mut f = Facts {
+            referencing: vec![Referencing {
+                column: Column {
+                    owner: "\"Lines\"".into(),
+                    ..col("public.items", "order_id", "integer")
+                },
+                depth: 1,
+            }],
+            drop_sequence: true,
+            ..serial()
+        };
+        f.views = vec![View {
+            owner: "reporting".into(),
+            ..view("public.v", &[])
+        }];
+        let roles: Vec<(String, Option<String>, Option<String>)> = steps(&f)
+            .unwrap()
+            .into_iter()
+            .map(|s| {
+                (
+                    s.sql.split(' ').take(2).collect::<Vec<_>>().join(" "),
+                    s.role,
+                    s.owner_of,
+                )
+            })
+            .collect();
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(
+            roles,
+            [
+                ("LOCK TABLE".into(), None, None),
+                ("DROP VIEW".into(), some("reporting"), some("view public.v")),
+                (
+                    "ALTER TABLE".into(),
+                    some("app"),
+                    some("table public.orders")
+                ),
+                (
+                    "ALTER TABLE".into(),
+                    some("\"Lines\""),
+                    some("table public.items")
+                ),
+                (
+                    "ALTER TABLE".into(),
+                    some("app"),
+                    some("table public.orders")
+                ),
+                (
+                    "DROP SEQUENCE".into(),
+                    some("seq_owner"),
+                    some("sequence public.orders_id_seq")
+                ),
+                (
+                    "CREATE VIEW".into(),
+                    some("reporting"),
+                    some("view public.v")
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn privileges_come_back_from_their_grantors_chains_in_order() {
+        let g = |grantee: &str, grantor: &str, grantable: bool| Grant {
+            privilege: "SELECT".into(),
+            column: None,
+            grantee: grantee.into(),
+            grantor: grantor.into(),
+            grantable,
+        };
+        let mut v = view("public.v", &[]);
+        // As aclexplode may list them: c's grant from b before b's from a.
+        v.privileges = Some(vec![
+            g("app", "app", true),
+            g("c", "b", false),
+            g("b", "a", true),
+            g("a", "app", true),
+            g("d", "gone", false),
+        ]);
+        let f = Facts {
+            views: vec![v],
+            ..serial()
+        };
+        let grants: Vec<(String, Option<String>)> = steps(&f)
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.sql.starts_with("GRANT"))
+            .map(|s| (s.sql, s.role))
+            .collect();
+        let by = |sql: &str, role: &str| (sql.to_string(), Some(role.to_string()));
+        assert_eq!(
+            grants,
+            [
+                by("GRANT SELECT ON public.v TO app WITH GRANT OPTION;", "app"),
+                by("GRANT SELECT ON public.v TO a WITH GRANT OPTION;", "app"),
+                by("GRANT SELECT ON public.v TO b WITH GRANT OPTION;", "a"),
+                by("GRANT SELECT ON public.v TO c;", "b"),
+                // A grantor who holds the option from no one here: the owner.
+                by("GRANT SELECT ON public.v TO d;", "app"),
+            ]
+        );
     }
 
     #[test]

@@ -16,7 +16,14 @@ CREATE TABLE snowflake_claims (
     PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 
--- Written by the claims worker (as the bootstrap superuser) and by
--- replication; readable by monitoring roles, as the status is.
+-- Written by the claims worker and by replication alone (see
+-- snowflake_claims_guard); readable by monitoring roles, as the status is.
 REVOKE ALL ON snowflake_claims FROM PUBLIC;
 GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
+CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_claims
+    FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
+CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
+-- Fires for the rows replication applies as well, so that a claim arriving
+-- again replaces the copy held here.
+ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;

@@ -1,9 +1,9 @@
--- Both move this server's generation for good, and snowflake_convert
--- changes other tables' definitions: superusers only (each also checks for
--- itself, in case a superuser grants EXECUTE by mistake).
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
 REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION snowflake_convert(regclass, name, boolean, boolean) FROM PUBLIC;
 
 -- The status shows the server's identity, its durable mark and its counters:
 -- for monitoring roles, as Postgres does with other sessions' statistics.

@@ -1,0 +1,252 @@
+"""No role gains a privilege, or stops ID issuance, through the extension.
+
+Real servers, hostile roles: a database owner (or, as on clusters made
+before PostgreSQL 15, any role that may create in `public`) plants
+functions and operators whose names and argument types match calls the
+extension's own SQL could make, and a table owner's CHECK constraint calls
+a function of theirs. Each trap writes who ran it to a log table and makes
+its author a superuser when it runs as one. The extension's claims worker
+runs every 2 s as the bootstrap superuser, and snowflake_convert is called
+by a superuser: no trap may ever run with more than its author's rights
+(the log says who ran each), and no author may end up a superuser.
+
+Besides: claims forged by a role that may write any table
+(pg_write_all_data), and a claims database whose owner set it read-only,
+unreachable by timeouts, and closed to connections."""
+
+import contextlib
+import io
+import time
+
+import psycopg2
+import pytest
+from harness import Server, servers
+
+REFRESH_S = 2
+# Several refresh periods of the claims worker.
+WATCH_S = 4 * REFRESH_S
+
+
+def traps(author):
+    """Functions and operators in public that a careless statement would
+    call instead of the built-in ones (each an exact match, where the
+    built-in needs a cast or is variadic), all leading to trap(): log the
+    caller, and if the caller is a superuser, make `author` one."""
+    return f"""
+    CREATE TABLE public.trap_log (ran_as text, what text);
+    GRANT INSERT, SELECT ON public.trap_log TO PUBLIC;
+    CREATE FUNCTION public.trap(what text) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO public.trap_log VALUES (current_user, what);
+        IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+            EXECUTE 'ALTER ROLE {author} SUPERUSER';
+        END IF;
+    END $$;
+    CREATE FUNCTION public.format(text, name) RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('format(text, name)'); RETURN pg_catalog.format($1, $2); END $$;
+    CREATE FUNCTION public.format(text, name, name) RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('format(text, name, name)'); RETURN pg_catalog.format($1, $2, $3); END $$;
+    CREATE FUNCTION public.quote_ident(name) RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('quote_ident(name)'); RETURN pg_catalog.quote_ident($1::text); END $$;
+    CREATE FUNCTION public.pg_get_serial_sequence(text, name) RETURNS text LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('pg_get_serial_sequence(text, name)');
+              RETURN pg_catalog.pg_get_serial_sequence($1, $2::text); END $$;
+    CREATE FUNCTION public.trap_mul(numeric, integer) RETURNS numeric LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('*(numeric, integer)'); RETURN $1 OPERATOR(pg_catalog.*) $2::numeric; END $$;
+    CREATE OPERATOR public.* (LEFTARG = numeric, RIGHTARG = integer, FUNCTION = public.trap_mul);
+    CREATE FUNCTION public.trap_eq(name, text) RETURNS boolean LANGUAGE plpgsql AS $$
+        BEGIN PERFORM public.trap('=(name, text)'); RETURN $1::text OPERATOR(pg_catalog.=) $2; END $$;
+    CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = text, FUNCTION = public.trap_eq);
+    """
+
+
+def superuser(srv, role):
+    return srv.one("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,))
+
+
+def own_claim_seen(srv, db, table="public.snowflake_claims"):
+    # This test session's own timeouts, whatever the database's owner set.
+    return srv.one(f"SET statement_timeout = 0; SELECT max(last_seen) FROM {table} WHERE system_identifier = "
+                   "(SELECT system_identifier FROM pg_control_system())", dbname=db)
+
+
+def problem(srv):
+    """The status's problem (every server here has the extension in postgres too)."""
+    return srv.one("SELECT problem FROM public.snowflake_status")
+
+
+def claims_kept(srv, db, table="public.snowflake_claims"):
+    """Waits for this server's claim, then sees it refreshed again."""
+    srv.wait_for_in(db, f"SET statement_timeout = 0; SELECT count(*) > 0 FROM {table}",
+                    what=f"no claim written: {problem(srv)}")
+    first = own_claim_seen(srv, db, table)
+    deadline = time.time() + 30
+    while own_claim_seen(srv, db, table) == first:
+        assert time.time() < deadline, f"the claim was not refreshed: {problem(srv)}"
+        time.sleep(0.2)
+
+
+def claims_server(made, name, db="claims", **conf):
+    srv = Server(name, conf={"snowflake_id.claims_database": f"'{db}'", **conf})
+    made.append(srv)
+    srv.start()
+    srv.sql("CREATE EXTENSION snowflake_id")
+    return srv
+
+
+def wait_for_in(self, db, query, timeout=60, what=None):
+    deadline = time.time() + timeout
+    while True:
+        with contextlib.suppress(psycopg2.OperationalError):
+            if self.one(query, dbname=db):
+                return
+        assert time.time() < deadline, what or f"timed out waiting for: {query}"
+        time.sleep(0.1)
+
+
+Server.wait_for_in = wait_for_in
+
+
+def test_overloads_planted_by_the_claims_databases_owner_never_run_as_the_worker():
+    with servers() as made:
+        srv = claims_server(made, "sec_owner")
+        srv.sql("CREATE ROLE mallory LOGIN")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        # The extension in a schema of its own, and a table of the same
+        # name in public, with a trap on every insert.
+        srv.sql("CREATE SCHEMA ext", dbname="claims")
+        srv.sql("CREATE EXTENSION snowflake_id SCHEMA ext; GRANT USAGE ON SCHEMA ext TO PUBLIC", dbname="claims")
+        srv.sql(traps("mallory"), dbname="claims", user="mallory")
+        srv.sql("""
+            CREATE TABLE public.snowflake_claims (worker_id integer, system_identifier bigint, timeline bigint,
+                instance bigint, name text, claimed_at timestamptz, last_seen timestamptz);
+            CREATE FUNCTION public.trap_row() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN PERFORM public.trap('public.snowflake_claims'); RETURN NEW; END $$;
+            CREATE TRIGGER trap BEFORE INSERT ON public.snowflake_claims FOR EACH ROW EXECUTE FUNCTION public.trap_row();
+            ALTER DATABASE claims SET search_path = public, ext;
+        """, dbname="claims", user="mallory")
+        claims_kept(srv, "claims", "ext.snowflake_claims")
+        time.sleep(WATCH_S)
+        assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
+        assert srv.one("SELECT count(*) FROM public.snowflake_claims", dbname="claims") == 0
+        assert not superuser(srv, "mallory")
+        assert problem(srv) is None
+
+
+def test_overloads_planted_by_any_role_where_public_is_open_never_run_as_the_worker():
+    """The default before PostgreSQL 15, kept by clusters upgraded since."""
+    with servers() as made:
+        srv = claims_server(made, "sec_public", db="postgres")
+        srv.sql("GRANT CREATE ON SCHEMA public TO PUBLIC")
+        srv.sql("CREATE ROLE eve LOGIN")
+        srv.sql(traps("eve"), user="eve")
+        claims_kept(srv, "postgres")
+        time.sleep(WATCH_S)
+        assert srv.sql("SELECT * FROM public.trap_log") == []
+        assert not superuser(srv, "eve")
+
+
+def test_snowflake_convert_by_a_superuser_runs_no_one_elses_code_with_its_rights():
+    with servers() as made:
+        srv = Server("sec_convert")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE ROLE mallory LOGIN")
+        srv.sql("CREATE ROLE app LOGIN")
+        srv.sql("CREATE DATABASE shop OWNER mallory")
+        srv.sql("CREATE EXTENSION snowflake_id", dbname="shop")
+        srv.sql("GRANT CREATE ON SCHEMA public TO app", dbname="shop")
+        srv.sql(traps("mallory"), dbname="shop", user="mallory")
+        # The table owner's own code, which the type change runs: it must
+        # run as the table owner, not as whoever converts.
+        srv.sql("""
+            CREATE FUNCTION public.chk(bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+                BEGIN PERFORM public.trap('chk, as ' || current_user); RETURN true; END $$;
+            CREATE TABLE orders (id serial PRIMARY KEY CHECK (public.chk(id::bigint)), note text);
+            CREATE TABLE lines (order_id integer REFERENCES orders, n int);
+            CREATE VIEW recent AS SELECT id FROM orders;
+            INSERT INTO orders (note) SELECT 'x' FROM generate_series(1, 10);
+        """, dbname="shop", user="app")
+        srv.sql("DELETE FROM public.trap_log", dbname="shop", user="mallory")
+        planned = srv.sql("SELECT snowflake_convert('orders', dry_run => true)", dbname="shop")
+        assert planned, "the dry run planned nothing"
+        done = [r[0] for r in srv.sql("SELECT snowflake_convert('orders')", dbname="shop")]
+        assert any("TYPE bigint" in s for s in done), done
+        assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                       "WHERE attrelid = 'lines'::regclass AND attname = 'order_id'", dbname="shop") == "bigint"
+        ran = srv.sql("SELECT ran_as, what FROM public.trap_log", dbname="shop")
+        # The CHECK ran during the rewrite, as its owner; nothing else ran.
+        assert ran and all(r == ("app", "chk, as app") for r in ran), ran
+        assert not superuser(srv, "mallory") and not superuser(srv, "app")
+        assert srv.one("SELECT relowner::regrole::text FROM pg_class WHERE relname = 'recent'", dbname="shop") == "app"
+
+
+def test_a_table_owner_converts_their_own_table_and_no_one_else_can():
+    with servers() as made:
+        srv = Server("sec_owner_converts")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE ROLE app LOGIN; CREATE ROLE other LOGIN")
+        srv.sql("CREATE EXTENSION snowflake_id")
+        srv.sql("GRANT CREATE ON SCHEMA public TO app")
+        srv.sql("CREATE TABLE items (id serial PRIMARY KEY)", user="app")
+        srv.sql("GRANT ALL ON items TO other", user="app")
+        code, message, hint = srv.error("SELECT snowflake_convert('items')", user="other")
+        assert code == "42501", (code, message)
+        assert "owned by role app" in message and "other" in message, message
+        assert "Run it as app" in hint, hint
+        assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                       "WHERE attrelid = 'items'::regclass AND attname = 'id'") == "integer"
+        srv.sql("SELECT snowflake_convert('items')", user="app")
+        assert srv.one("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                       "WHERE adrelid = 'items'::regclass") == "snowflake_nextval()"
+
+
+def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
+    with servers() as made:
+        srv = claims_server(made, "sec_forge", db="postgres")
+        srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data, pg_read_all_data")
+        srv.sql("CREATE ROLE mallory LOGIN")
+        claims_kept(srv, "postgres")
+        me = srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_claims")[0]
+        forged = ("INSERT INTO snowflake_claims VALUES (1, 42, 1, 7, 'forged', now() - interval '1 day', now())")
+        for role in ("writer", "mallory"):
+            for statement in (forged, "UPDATE snowflake_claims SET last_seen = now()",
+                              "DELETE FROM snowflake_claims", "TRUNCATE snowflake_claims"):
+                code, message, _ = srv.error(statement, user=role)
+                assert code == "42501", (role, statement, code, message)
+        with contextlib.closing(srv.connect(user="writer")) as conn, conn.cursor() as cur:
+            with pytest.raises(psycopg2.errors.InsufficientPrivilege):
+                cur.copy_expert("COPY snowflake_claims FROM STDIN",
+                                io.StringIO("1\t42\t1\t7\tforged\t2020-01-01\t2030-01-01\n"))
+        code, message, hint = srv.error(forged, user="writer")
+        assert message == "snowflake_claims is written only by the claims worker and by replication", message
+        assert "session_replication_role" in hint, hint
+        assert srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_claims") == [me]
+        srv.sql("SELECT snowflake_nextval()", user="writer")
+        assert problem(srv) is None
+
+
+def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
+    with servers() as made:
+        srv = claims_server(made, "sec_readonly")
+        srv.sql("CREATE ROLE mallory LOGIN")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        srv.sql("CREATE EXTENSION snowflake_id", dbname="claims")
+        claims_kept(srv, "claims")
+        for setting in ("default_transaction_read_only = on", "statement_timeout = 1", "lock_timeout = 1",
+                        "idle_in_transaction_session_timeout = 1", "default_transaction_isolation = serializable",
+                        "search_path = nowhere"):
+            srv.sql(f"ALTER DATABASE claims SET {setting}", user="mallory")
+        srv.sql("ALTER DATABASE claims ALLOW_CONNECTIONS false", user="mallory")
+        srv.restart()
+        restarted = srv.one("SELECT now()")
+        time.sleep(WATCH_S)
+        # Kept while no one else could even connect...
+        assert problem(srv) is None
+        srv.sql("ALTER DATABASE claims ALLOW_CONNECTIONS true")
+        assert own_claim_seen(srv, "claims") > restarted
+        # ... and under the owner's settings, which are in force for everyone else.
+        assert srv.one("SHOW default_transaction_read_only", dbname="claims") == "on"
+        claims_kept(srv, "claims")
+        assert problem(srv) is None
