@@ -26,7 +26,7 @@ packages=(
     sudo faketime libfaketime bison flex zlib1g-dev
     "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-matplotlib
-    python3-psycopg
+    python3-psycopg python3-venv
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -64,6 +64,19 @@ fi
 if [[ ! -f "$(dirname "$0")/../examples/node/node_modules/pg/package.json" ]]; then
     say "Installing the Node.js example's packages (npm ci)"
     (cd "$(dirname "$0")/../examples/node" && npm ci --no-audit --no-fund)
+fi
+
+# The client libraries the tests drive (tests/drivers/requirements.txt),
+# pinned, in a virtual environment outside the repository named after the
+# requirements' checksum: a second run reuses it.
+requirements="$(dirname "$0")/../tests/drivers/requirements.txt"
+venv="${SNOWFLAKE_VENV:-/var/cache/snowflake_id/venv-$(sha256sum "$requirements" | cut -c1-12)}"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import psycopg, asyncpg" 2>/dev/null; then
+    say "Installing the client libraries the tests drive (pip, into $venv)"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    chmod -R a+rX "$venv"
 fi
 
 # The other majors the extension is built and tested on (the demo and the

@@ -108,7 +108,8 @@ CREATE FUNCTION snowflake_convert(
     tbl regclass,
     col name DEFAULT 'id',
     dry_run boolean DEFAULT false,
-    drop_sequence boolean DEFAULT false
+    drop_sequence boolean DEFAULT false,
+    subscribers_widened boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp

@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:85
+-- src/decode.rs:86
 
 -- The parts of an ID under this server's layout. STABLE: the layout is fixed
 -- while the server runs, but a restart with other settings changes it.
@@ -23,7 +23,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:152
+-- src/status.rs:156
 -- What this server's generator is doing. VOLATILE: every call reads live
 -- counters. Who may call it is set in privileges.sql.
 CREATE FUNCTION snowflake_status(
@@ -64,7 +64,7 @@ CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:47
+-- src/lib.rs:49
 -- snowflake_id::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -73,14 +73,15 @@ AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/convert.rs:30
+-- src/convert.rs:33
 -- snowflake_id::convert::snowflake_convert
 
 CREATE FUNCTION snowflake_convert(
     tbl regclass,
     col name DEFAULT 'id',
     dry_run boolean DEFAULT false,
-    drop_sequence boolean DEFAULT false
+    drop_sequence boolean DEFAULT false,
+    subscribers_widened boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -89,11 +90,11 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/text.rs:18
+-- src/text.rs:22
 -- snowflake_id::text::snowflake_from_text
 CREATE  FUNCTION "snowflake_from_text"(
-	"text" TEXT, /* & str */
-	"encoding" TEXT /* & str */
+	"text" text, /* Text */
+	"encoding" text /* Text */
 ) RETURNS bigint /* i64 */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
@@ -101,7 +102,7 @@ AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:117
+-- src/decode.rs:118
 -- snowflake_id::decode::snowflake_from_timestamp
 CREATE  FUNCTION "snowflake_from_timestamp"(
 	"ts" timestamp with time zone /* TimestampWithTimeZone */
@@ -112,11 +113,11 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:123
+-- src/decode.rs:124
 -- snowflake_id::decode::snowflake_from_timestamp
 CREATE  FUNCTION "snowflake_from_timestamp"(
 	"ts" timestamp with time zone, /* TimestampWithTimeZone */
-	"layout" TEXT /* & str */
+	"layout" text /* Text */
 ) RETURNS bigint /* i64 */
 IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
@@ -124,7 +125,7 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:132
+-- src/decode.rs:133
 -- snowflake_id::decode::snowflake_layouts
 CREATE  FUNCTION "snowflake_layouts"() RETURNS TABLE (
 	"name" TEXT,  /* String */
@@ -162,7 +163,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:61
+-- src/lib.rs:63
 -- snowflake_id::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -173,7 +174,7 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:70
+-- src/lib.rs:72
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above
@@ -197,7 +198,7 @@ GRANT SELECT ON snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:103
+-- src/decode.rs:104
 -- snowflake_id::decode::snowflake_timestamp
 CREATE  FUNCTION "snowflake_timestamp"(
 	"id" bigint /* i64 */
@@ -208,11 +209,11 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:109
+-- src/decode.rs:110
 -- snowflake_id::decode::snowflake_timestamp
 CREATE  FUNCTION "snowflake_timestamp"(
 	"id" bigint, /* i64 */
-	"layout" TEXT /* & str */
+	"layout" text /* Text */
 ) RETURNS timestamp with time zone /* TimestampWithTimeZone */
 IMMUTABLE STRICT PARALLEL SAFE 
 LANGUAGE c /* Rust */
@@ -220,11 +221,11 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/text.rs:11
+-- src/text.rs:12
 -- snowflake_id::text::snowflake_to_text
 CREATE  FUNCTION "snowflake_to_text"(
 	"id" bigint, /* i64 */
-	"encoding" TEXT /* & str */
+	"encoding" text /* Text */
 ) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
@@ -232,7 +233,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:853
+-- src/claims.rs:896
 -- snowflake_id::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
 	RETURNS TRIGGER
@@ -241,7 +242,7 @@ CREATE FUNCTION "snowflake_claims_guard"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:916
+-- src/claims.rs:966
 -- requires:
 --   snowflake_claims_guard
 

@@ -15,6 +15,7 @@
 
 use crate::clock::{now_ms, sleep_on_latch};
 use crate::errors;
+use crate::pg_text::{ident, Text};
 use crate::reserver;
 use crate::settings;
 use crate::shmem::{self, State};
@@ -27,7 +28,7 @@ use snowflake_id_core::claims::{
 };
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
-use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How often the server log is reminded of a collision that persists.
@@ -125,6 +126,9 @@ pub struct Shared {
     trouble: SharedText,
     /// The first row of the table that could not be judged, if any.
     skipped: SharedText,
+    /// Until when (Unix ms) the worker stays out of its database: a
+    /// command that needs it free is under way (see `claims_db`).
+    paused_until_ms: AtomicI64,
 }
 
 impl Shared {
@@ -136,7 +140,23 @@ impl Shared {
             finding: SharedText::new(),
             trouble: SharedText::new(),
             skipped: SharedText::new(),
+            paused_until_ms: AtomicI64::new(0),
         }
+    }
+
+    /// The claims worker's process id, 0 while none runs.
+    pub fn worker_pid(&self) -> i32 {
+        self.pid.load(Ordering::SeqCst)
+    }
+
+    /// Keeps the worker out of its database until `until_ms` (Unix ms),
+    /// or, with 0, no longer.
+    pub fn keep_out_until(&self, until_ms: i64) {
+        self.paused_until_ms.store(until_ms, Ordering::SeqCst);
+    }
+
+    fn kept_out(&self, now_ms: i64) -> bool {
+        self.paused_until_ms.load(Ordering::SeqCst) > now_ms
     }
 
     /// Whether generation is refused because of a claim. Sequentially
@@ -183,6 +203,7 @@ pub fn register() {
     if settings::claims_database().is_none() {
         return;
     }
+    crate::claims_db::install();
     BackgroundWorkerBuilder::new("snowflake_id claims")
         .set_type("snowflake_id claims")
         .set_library("snowflake_id")
@@ -221,6 +242,14 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
         )
         .to_text(),
     );
+    // Out of the database while a command that needs it free runs.
+    while st.claims.kept_out(now_ms()) {
+        if reserver::terminating() {
+            // SAFETY: the normal way out of a background worker.
+            unsafe { pg_sys::proc_exit(1) };
+        }
+        sleep_on_latch(100);
+    }
     connect(&db);
     pin_session();
     if let Some(f) = in_transaction(is_template).ok().flatten() {
@@ -545,6 +574,8 @@ fn template_failure(db: &str) -> Failure {
     .hint("Set snowflake_id.claims_database to a database that is not a template (one per server, where the extension is installed) and restart PostgreSQL.")
 }
 
+// proc_exit returns `!` from PostgreSQL 18 on, `()` before.
+#[allow(unreachable_code)]
 fn raise_template(db: &str) -> ! {
     let f = template_failure(db);
     if let Some(st) = shmem::state() {
@@ -552,7 +583,8 @@ fn raise_template(db: &str) -> ! {
     }
     errors::log(f, PgLogLevel::WARNING);
     // SAFETY: status 0 tells the postmaster not to start it again.
-    unsafe { pg_sys::proc_exit(0) }
+    unsafe { pg_sys::proc_exit(0) };
+    unreachable!("proc_exit returns not")
 }
 
 /// Whether the database connected to is a template, as the failure to say so.
@@ -660,21 +692,11 @@ fn in_transaction<R>(
     })
 }
 
-/// `name` quoted as an SQL identifier, the way Postgres quotes them.
-fn quote_ident(name: &str) -> String {
-    let c = std::ffi::CString::new(name).unwrap_or_default();
-    // SAFETY: quote_identifier returns its argument or a palloc'd copy,
-    // valid for this memory context; copied out at once.
-    unsafe { std::ffi::CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// The extension's own claims table, schema-qualified and quoted: found as
 /// a member of the extension, not by name in a search path, so no table a
 /// user created elsewhere can stand in for it.
 fn claims_table() -> Option<String> {
-    let (schema, table) = Spi::get_two::<String, String>(
+    let (schema, table) = Spi::get_two::<Text, Text>(
         "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text \
          FROM pg_catalog.pg_extension e \
          JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
@@ -687,8 +709,8 @@ fn claims_table() -> Option<String> {
     .ok()?;
     Some(format!(
         "{}.{}",
-        quote_ident(&schema?),
-        quote_ident(&table?)
+        ident(schema?.as_str()),
+        ident(table?.as_str())
     ))
 }
 
@@ -911,10 +933,17 @@ fn snowflake_claims_guard<'a>(
 /// Deletes the row holding the same claim as `row`, which replication is
 /// about to insert.
 fn replace_replicated(trigger: &PgTrigger<'_>, row: &PgHeapTuple<'_, AllocatedByPostgres>) {
+    let (schema, name) = Spi::get_two_with_args::<Text, Text>(
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         WHERE c.oid OPERATOR(pg_catalog.=) $1",
+        &[trigger.relid().unwrap_or(pg_sys::InvalidOid).into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
     let table = format!(
         "{}.{}",
-        quote_ident(&trigger.table_schema().unwrap_or_default()),
-        quote_ident(&trigger.table_name().unwrap_or_default())
+        ident(schema.unwrap_or(Text(String::new())).as_str()),
+        ident(name.unwrap_or(Text(String::new())).as_str())
     );
     let get = |name: &str| row.get_by_name::<i64>(name).ok().flatten();
     let worker = row.get_by_name::<i32>("worker_id").ok().flatten();

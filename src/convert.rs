@@ -7,10 +7,13 @@ use std::ffi::CStr;
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
-use snowflake_id_core::convert::{self, Column, Facts, Grant, OldDefault, Referencing, Step, View};
+use snowflake_id_core::convert::{
+    self, Column, Facts, Grant, Leftover, OldDefault, Referencing, Step, View,
+};
 use snowflake_id_core::{Class, Failure};
 
 use crate::errors::{raise, OrRaise};
+use crate::pg_text::Text;
 
 /// Switches a table's key column (serial, bigserial, identity or a
 /// `DEFAULT nextval(...)`) to `DEFAULT snowflake_nextval()` in the calling
@@ -36,7 +39,8 @@ CREATE FUNCTION snowflake_convert(
     tbl regclass,
     col name DEFAULT 'id',
     dry_run boolean DEFAULT false,
-    drop_sequence boolean DEFAULT false
+    drop_sequence boolean DEFAULT false,
+    subscribers_widened boolean DEFAULT false
 ) RETURNS SETOF text
 VOLATILE STRICT PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -49,14 +53,15 @@ fn snowflake_convert(
     col: &CStr,
     dry_run: bool,
     drop_sequence: bool,
-) -> SetOfIterator<'static, String> {
-    let col = col.to_str().unwrap_or_else(|_| {
-        raise(Failure::new(
-            Class::UndefinedColumn,
-            "the column name is not valid UTF-8",
-        ))
-    });
-    let facts = || read_facts(tbl, col, drop_sequence).or_raise();
+    subscribers_widened: bool,
+) -> SetOfIterator<'static, Text> {
+    let col = crate::pg_text::from_server(col.to_bytes()).or_raise();
+    let col = col.as_str();
+    let asked = Asked {
+        drop_sequence,
+        subscribers_widened,
+    };
+    let facts = || read_facts(tbl, col, &asked).or_raise();
     let (first, first_sequence) = facts();
     let mut steps = convert::steps(&first).or_raise();
     if steps.is_empty() {
@@ -97,7 +102,8 @@ fn snowflake_convert(
             as_role(role, || run(&s.sql));
         }
     }
-    SetOfIterator::new(steps.into_iter().map(|s| s.sql).collect::<Vec<_>>())
+    // Returned in the database's encoding, as every text it returns.
+    SetOfIterator::new(steps.into_iter().map(|s| Text(s.sql)).collect::<Vec<_>>())
 }
 
 /// The largest key, read from the newest committed data (not the snapshot
@@ -105,10 +111,10 @@ fn snowflake_convert(
 /// committed since it began; the table is locked by now, so none can come
 /// after this reading).
 fn largest_key(target: &Column) -> Option<i64> {
-    let query = std::ffi::CString::new(format!(
+    let query = std::ffi::CString::new(crate::pg_text::to_server(&format!(
         "SELECT pg_catalog.max({})::pg_catalog.int8 FROM {}",
         target.column, target.table
-    ))
+    )))
     .unwrap_or_default();
     Spi::connect(|_| {
         // SAFETY: SPI is connected; the plan, the snapshot and the result
@@ -182,7 +188,7 @@ impl Roles {
         }
         let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
             "SELECT $1::pg_catalog.regrole::pg_catalog.oid",
-            &[quoted.into()],
+            &[Text(quoted.to_string()).into()],
         ))
         .unwrap_or(pg_sys::InvalidOid);
         self.oids.push((quoted.to_string(), oid));
@@ -221,8 +227,18 @@ fn current_role() -> String {
     .unwrap_or_default()
 }
 
+/// Runs one statement, written in the database's encoding (names in it
+/// came from the catalog, so it can hold them all).
 fn run(statement: &str) {
-    Spi::run(statement).unwrap_or_else(|e| pgrx::error!("{e}: {statement}"));
+    let sql = std::ffi::CString::new(crate::pg_text::to_server(statement)).unwrap_or_default();
+    let rc = Spi::connect_mut(|_| {
+        // SAFETY: SPI is connected; an error in the statement is raised
+        // by Postgres itself.
+        Ok::<_, pgrx::spi::SpiError>(unsafe { pg_sys::SPI_execute(sql.as_ptr(), false, 0) })
+    });
+    if spi(rc) < 0 {
+        pgrx::error!("snowflake_convert could not run: {statement}");
+    }
 }
 
 /// What a conversion must hold before it looks at the data: every table
@@ -233,18 +249,28 @@ struct Locks {
     sequence: Option<pg_sys::Oid>,
 }
 
-/// Takes `locks` without ever waiting long while holding part of them.
-/// Whatever order the tables are locked in, some application transaction
-/// can hold one of them and wait for another (an order inserted, then its
-/// lines, in one transaction); waiting there would end in a deadlock error
-/// for someone. So each attempt takes them one by one within half of
-/// `deadlock_timeout` (at most 200 ms) in all, well before Postgres looks for
-/// deadlocks, gives back what it got if it fails, and tries again, until the
-/// session's own `lock_timeout` (if any) is spent.
+/// The longest one attempt to lock waits in the queue: while it waits, every
+/// new insert into the table waits behind it.
+const ATTEMPT_MAX_MS: i32 = 20;
+/// The pause after a failed attempt, in which nobody waits for this one.
+const PAUSE_MS: u64 = 100;
+
+/// Takes `locks` without ever waiting long while holding part of them, or
+/// holding up others for long. Whatever order the tables are locked in,
+/// some application transaction can hold one of them and wait for another
+/// (an order inserted, then its lines, in one transaction); waiting there
+/// would end in a deadlock error for someone. And while a lock request
+/// waits, every later request on the table waits behind it: behind a long
+/// transaction, the application's inserts would wait as long. So each
+/// attempt takes them one by one within 20 ms (or half of
+/// `deadlock_timeout`, if less) in all, gives back what it got if it fails,
+/// pauses 100 ms, and tries again, until the session's own `lock_timeout`
+/// (if any) is spent: behind a long transaction, inserts wait at most 20 ms
+/// at a time, in at most a sixth of the time.
 fn lock(locks: &Locks) {
     // SAFETY: plain reads of this backend's settings.
     let (deadlock_ms, budget_ms) = unsafe { (pg_sys::DeadlockTimeout, pg_sys::LockTimeout) };
-    let attempt_ms = u64::try_from((deadlock_ms / 2).clamp(10, 200)).unwrap_or(200);
+    let attempt_ms = u64::try_from((deadlock_ms / 2).clamp(1, ATTEMPT_MAX_MS)).unwrap_or(1);
     let start = std::time::Instant::now();
     loop {
         let mut wait = std::time::Duration::from_millis(attempt_ms);
@@ -266,8 +292,7 @@ fn lock(locks: &Locks) {
         if try_lock(locks, wait) {
             return;
         }
-        // SAFETY: a short sleep.
-        unsafe { pg_sys::pg_usleep(10_000) };
+        crate::clock::sleep_on_latch(PAUSE_MS);
         pgrx::check_for_interrupts!();
     }
 }
@@ -350,24 +375,36 @@ struct Found {
 }
 
 /// The facts, and the sequence the plan drops (to be locked with the tables).
+/// What the caller asked for besides the column.
+struct Asked {
+    drop_sequence: bool,
+    subscribers_widened: bool,
+}
+
 fn read_facts(
     tbl: pg_sys::Oid,
     col: &str,
-    drop_sequence: bool,
+    asked: &Asked,
 ) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
-    Spi::connect(|c| facts_with(c, tbl, col, drop_sequence))
+    Spi::connect(|c| facts_with(c, tbl, col, asked))
 }
 
 fn spi<T>(r: SpiResult<T>) -> T {
     r.unwrap_or_else(|e| pgrx::error!("{e}"))
 }
 
+/// A text column, in UTF-8 whatever the database's encoding.
+fn text(r: SpiResult<Option<Text>>) -> Option<String> {
+    spi(r).map(|t| t.0)
+}
+
 fn facts_with(
     c: &SpiClient<'_>,
     tbl: pg_sys::Oid,
     col: &str,
-    drop_sequence: bool,
+    asked: &Asked,
 ) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
+    let drop_sequence = asked.drop_sequence;
     let rows = spi(c.select(
         "SELECT c.relkind::text, format('%I.%I', n.nspname, c.relname), a.attnum, quote_ident(a.attname), \
                 format_type(a.atttypid, a.atttypmod), a.attidentity::text, ad.oid, pg_get_expr(ad.adbin, ad.adrelid), \
@@ -381,7 +418,7 @@ fn facts_with(
          LEFT JOIN pg_attrdef ad ON ad.adrelid = c.oid AND ad.adnum = a.attnum \
          WHERE c.oid = $1",
         None,
-        &args([tbl.into(), col.into()]),
+        &args([tbl.into(), Text(col.to_string()).into()]),
     ));
     let Some(row) = rows.into_iter().next() else {
         return Err(Failure::new(
@@ -390,8 +427,8 @@ fn facts_with(
         )
         .hint("Name the table: snowflake_convert('orders')."));
     };
-    let relkind: String = spi(row.get(1)).unwrap_or_default();
-    let table: String = spi(row.get(2)).unwrap_or_default();
+    let relkind: String = text(row.get(1)).unwrap_or_default();
+    let table: String = text(row.get(2)).unwrap_or_default();
     let Some(attnum) = spi(row.get::<i16>(3)) else {
         return Err(Failure::new(
             Class::UndefinedColumn,
@@ -401,13 +438,13 @@ fn facts_with(
     };
     let target = Column {
         table,
-        column: spi(row.get(4)).unwrap_or_default(),
-        type_name: spi(row.get(5)).unwrap_or_default(),
-        owner: spi(row.get(12)).unwrap_or_default(),
+        column: text(row.get(4)).unwrap_or_default(),
+        type_name: text(row.get(5)).unwrap_or_default(),
+        owner: text(row.get(12)).unwrap_or_default(),
     };
-    let identity: String = spi(row.get(6)).unwrap_or_default();
+    let identity: String = text(row.get(6)).unwrap_or_default();
     let attrdef: Option<pg_sys::Oid> = spi(row.get(7));
-    let expr: Option<String> = spi(row.get(8));
+    let expr: Option<String> = text(row.get(8));
     let inherited: bool = spi(row.get(9)).unwrap_or(false);
     let is_key: bool = spi(row.get(10)).unwrap_or(false);
     let owned_sequence: Option<pg_sys::Oid> = spi(row.get(11));
@@ -419,9 +456,15 @@ fn facts_with(
     } else {
         (OldDefault::Nothing, None)
     };
+    // A sequence the column still owns after a conversion that kept it.
+    let leftover = match (&default, owned_sequence) {
+        (OldDefault::Snowflake, Some(seq)) => Some((sequence_facts(c, seq, tbl, col), seq)),
+        _ => None,
+    };
     let dropped = match default {
         OldDefault::Identity => sequence,
         OldDefault::Sequence { .. } if drop_sequence => sequence,
+        OldDefault::Snowflake if drop_sequence => leftover.as_ref().map(|(_, seq)| *seq),
         _ => None,
     };
     let inherited_from = if inherited {
@@ -454,6 +497,9 @@ fn facts_with(
         views: Vec::new(),
         nextval,
         drop_sequence,
+        leftover: leftover.map(|(l, _)| l),
+        publications: Vec::new(),
+        subscribers_widened: asked.subscribers_widened,
     };
     convert::check(&facts)?;
     let widened: Vec<&Found> = convert::widened(&facts)
@@ -461,6 +507,7 @@ fn facts_with(
         .filter_map(|w| found.iter().find(|f| &f.column == w))
         .collect();
     facts.views = views(c, &widened);
+    facts.publications = publications(c, &widened);
     Ok((facts, dropped))
 }
 
@@ -484,7 +531,7 @@ fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String, St
     ));
     rows.into_iter()
         .next()
-        .and_then(|r| Some((spi(r.get(1))?, spi(r.get(2))?, spi(r.get(3))?)))
+        .and_then(|r| Some((spi(r.get(1))?, text(r.get(2))?, text(r.get(3))?)))
 }
 
 /// The extension's own `snowflake_nextval()`: the call a default makes
@@ -500,7 +547,7 @@ fn snowflake_nextval(c: &SpiClient<'_>) -> (String, Option<pg_sys::Oid>) {
         &[],
     ));
     match rows.into_iter().next() {
-        Some(r) => (spi(r.get(1)).unwrap_or_default(), spi(r.get(2))),
+        Some(r) => (text(r.get(1)).unwrap_or_default(), spi(r.get(2))),
         None => ("snowflake_nextval()".into(), None),
     }
 }
@@ -522,7 +569,7 @@ fn old_default(
              FROM pg_depend d WHERE d.classid = 'pg_attrdef'::regclass AND d.objid = $1 AND d.refclassid = '{class}'::regclass"
         );
         spi(c.select(&q, None, &args([attrdef.into()])))
-            .map(|r| (spi(r.get(1)), spi(r.get(2)), spi(r.get::<String>(3))))
+            .map(|r| (text(r.get(1)), spi(r.get(2)), text(r.get(3))))
             .collect()
     };
     if nextval.is_some() && depends_on("pg_proc").iter().any(|(_, f, _)| *f == nextval) {
@@ -537,9 +584,22 @@ fn old_default(
     else {
         return (OldDefault::Other(expr), None);
     };
-    // The defaults of this table's partitions and children follow the
-    // parent's; any other default that takes from the sequence keeps it alive.
-    let shared_with = spi(c.select(
+    let shared_with = sequence_users(c, seq, tbl, col);
+    (
+        OldDefault::Sequence {
+            sequence,
+            owner: owner.unwrap_or_default(),
+            shared_with,
+        },
+        Some(seq),
+    )
+}
+
+/// The other columns whose defaults take from `seq`: the defaults of this
+/// table's partitions and children follow the parent's; any other keeps
+/// the sequence alive.
+fn sequence_users(c: &SpiClient<'_>, seq: pg_sys::Oid, tbl: pg_sys::Oid, col: &str) -> Vec<String> {
+    spi(c.select(
         &format!(
         "{} \
          SELECT format('%I.%I.%I', n.nspname, r.relname, a.attname) \
@@ -552,18 +612,52 @@ fn old_default(
             tree("$2")
         ),
         None,
-        &args([seq.into(), tbl.into(), col.into()]),
+        &args([seq.into(), tbl.into(), Text(col.to_string()).into()]),
     ))
-    .filter_map(|r| spi(r.get::<String>(1)))
-    .collect();
-    (
-        OldDefault::Sequence {
-            sequence,
-            owner: owner.unwrap_or_default(),
-            shared_with,
-        },
-        Some(seq),
-    )
+    .filter_map(|r| text(r.get(1)))
+    .collect()
+}
+
+/// The sequence `seq`, owned by the column, as a leftover to drop.
+fn sequence_facts(c: &SpiClient<'_>, seq: pg_sys::Oid, tbl: pg_sys::Oid, col: &str) -> Leftover {
+    let row = spi(c.select(
+        "SELECT format('%I.%I', n.nspname, s.relname), quote_ident(pg_get_userbyid(s.relowner)) \
+         FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace WHERE s.oid = $1",
+        None,
+        &args([seq.into()]),
+    ))
+    .first();
+    Leftover {
+        sequence: text(row.get(1)).unwrap_or_default(),
+        owner: text(row.get(2)).unwrap_or_default(),
+        shared_with: sequence_users(c, seq, tbl, col),
+    }
+}
+
+/// The publications that hold the tables whose columns widen, their
+/// partitions included, as (table, publication).
+fn publications(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for w in widened {
+        let rows = spi(c.select(
+            &format!(
+                "{} \
+                 SELECT DISTINCT format('%I.%I', n.nspname, r.relname), quote_ident(p.pubname) \
+                 FROM tree t JOIN pg_class r ON r.oid = t.relid JOIN pg_namespace n ON n.oid = r.relnamespace \
+                 JOIN pg_publication_tables pt ON pt.schemaname = n.nspname AND pt.tablename = r.relname \
+                 JOIN pg_publication p ON p.pubname = pt.pubname ORDER BY 1, 2",
+                tree("$1")
+            ),
+            None,
+            &args([w.relid.into()]),
+        ));
+        for r in rows {
+            if let (Some(t), Some(p)) = (text(r.get(1)), text(r.get(2))) {
+                out.push((t, p));
+            }
+        }
+    }
+    out
 }
 
 /// Every column that holds copies of the key through foreign keys, however
@@ -591,17 +685,17 @@ fn referencing(c: &SpiClient<'_>, start: Found) -> (Vec<Referencing>, Vec<Found>
                 tree("$1")
             ),
             None,
-            &args([relid.into(), name.into()]),
+            &args([relid.into(), Text(name).into()]),
         ));
         for r in rows {
             let mut f = Found {
                 relid: spi(r.get(1)).unwrap_or(pg_sys::InvalidOid),
-                name: spi(r.get(2)).unwrap_or_default(),
+                name: text(r.get(2)).unwrap_or_default(),
                 column: Column {
-                    table: spi(r.get(3)).unwrap_or_default(),
-                    column: spi(r.get(4)).unwrap_or_default(),
-                    type_name: spi(r.get(5)).unwrap_or_default(),
-                    owner: spi(r.get(7)).unwrap_or_default(),
+                    table: text(r.get(3)).unwrap_or_default(),
+                    column: text(r.get(4)).unwrap_or_default(),
+                    type_name: text(r.get(5)).unwrap_or_default(),
+                    owner: text(r.get(7)).unwrap_or_default(),
                 },
             };
             // A foreign key made on a partition or child: its column can
@@ -647,7 +741,7 @@ fn views(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<View> {
                 tree("$1")
             ),
             None,
-            &args([w.relid.into(), w.name.clone().into()]),
+            &args([w.relid.into(), Text(w.name.clone()).into()]),
         ));
         for r in rows {
             let v: pg_sys::Oid = spi(r.get(1)).unwrap_or(pg_sys::InvalidOid);
@@ -694,17 +788,17 @@ fn strings(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<String> {
 /// The first column of every row, NULLs left out.
 fn strings_with(c: &SpiClient<'_>, query: &str, args: Vec<DatumWithOid<'_>>) -> Vec<String> {
     spi(c.select(query, None, &args))
-        .filter_map(|r| spi(r.get::<String>(1)))
+        .filter_map(|r| text(r.get(1)))
         .collect()
 }
 
 fn grants(c: &SpiClient<'_>, query: &str, oid: pg_sys::Oid) -> Vec<Grant> {
     spi(c.select(query, None, &args([oid.into()])))
         .map(|r| Grant {
-            privilege: spi(r.get(1)).unwrap_or_default(),
-            column: spi(r.get(2)),
-            grantee: spi(r.get(3)).unwrap_or_default(),
-            grantor: spi(r.get(5)).unwrap_or_default(),
+            privilege: text(r.get(1)).unwrap_or_default(),
+            column: text(r.get(2)),
+            grantee: text(r.get(3)).unwrap_or_default(),
+            grantor: text(r.get(5)).unwrap_or_default(),
             grantable: spi(r.get(4)).unwrap_or(false),
         })
         .collect()
@@ -719,16 +813,18 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
     let row = spi(c.select(
         "SELECT format('%I.%I', n.nspname, c.relname), c.relkind = 'm', pg_get_viewdef(c.oid), \
                 quote_ident(pg_get_userbyid(c.relowner)), c.relacl IS NOT NULL, \
-                quote_literal(obj_description(c.oid, 'pg_class')) \
+                quote_literal(obj_description(c.oid, 'pg_class')), \
+                CASE WHEN c.relpersistence <> 't' THEN NULL \
+                     WHEN c.relnamespace = pg_my_temp_schema() THEN 'this session' ELSE 'another session' END \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1",
         None,
         &args([oid.into()]),
     ))
     .first();
-    let definition: String = spi(row.get(3)).unwrap_or_default();
+    let definition: String = text(row.get(3)).unwrap_or_default();
     let explicit: bool = spi(row.get(5)).unwrap_or(false);
     View {
-        name: spi(row.get(1)).unwrap_or_default(),
+        name: text(row.get(1)).unwrap_or_default(),
         materialized: spi(row.get(2)).unwrap_or(false),
         definition: definition.trim_end().trim_end_matches(';').to_string(),
         options: strings(
@@ -737,7 +833,7 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
              FROM pg_class c, unnest(c.reloptions) o WHERE c.oid = $1",
             oid,
         ),
-        owner: spi(row.get(4)).unwrap_or_default(),
+        owner: text(row.get(4)).unwrap_or_default(),
         privileges: explicit.then(|| {
             grants(
                 c,
@@ -757,7 +853,7 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
             ),
             oid,
         ),
-        comment: spi(row.get(6)),
+        comment: text(row.get(6)),
         column_comments: spi(c.select(
             "SELECT quote_ident(a.attname), quote_literal(d.description) FROM pg_description d \
              JOIN pg_attribute a ON a.attrelid = d.objoid AND a.attnum = d.objsubid \
@@ -767,12 +863,13 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
         ))
         .map(|r| {
             (
-                spi(r.get(1)).unwrap_or_default(),
-                spi(r.get(2)).unwrap_or_default(),
+                text(r.get(1)).unwrap_or_default(),
+                text(r.get(2)).unwrap_or_default(),
             )
         })
         .collect(),
         depends_on: Vec::new(),
+        temporary_of: text(row.get(7)),
         attached: strings(
             c,
             "SELECT 'trigger ' || quote_ident(tgname) FROM pg_trigger WHERE tgrelid = $1 \

@@ -4,6 +4,7 @@
 use crate::clock::{pg_timestamp, unix_us};
 use crate::errors::OrRaise;
 use crate::local::ProcessLocal;
+use crate::pg_text::Text;
 use crate::record::{finfo_v1, row};
 use crate::settings;
 use pgrx::pg_sys;
@@ -75,9 +76,9 @@ pub unsafe extern "C-unwind" fn snowflake_decode_layout(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
     unsafe {
-        let text: &str =
+        let text: Text =
             pgrx::fcinfo::pg_getarg(fcinfo, 1).unwrap_or_else(|| error!("layout must not be null"));
-        let layout = layout_arg(text);
+        let layout = layout_arg(text.as_str());
         decode_row(fcinfo, &layout)
     }
 }
@@ -107,8 +108,8 @@ fn snowflake_timestamp(id: i64) -> TimestampWithTimeZone {
 
 /// The time part of an ID under a named layout.
 #[pg_extern(immutable, strict, parallel_safe, name = "snowflake_timestamp")]
-fn snowflake_timestamp_in(id: i64, layout: &str) -> TimestampWithTimeZone {
-    timestamp(layout_arg(layout).decode(id).or_raise().unix_ms)
+fn snowflake_timestamp_in(id: i64, layout: Text) -> TimestampWithTimeZone {
+    timestamp(layout_arg(layout.as_str()).decode(id).or_raise().unix_ms)
 }
 
 /// The smallest ID any worker can issue at `ts`, under this server's layout:
@@ -121,8 +122,8 @@ fn snowflake_from_timestamp(ts: TimestampWithTimeZone) -> i64 {
 
 /// The smallest ID any worker can issue at `ts`, under a named layout.
 #[pg_extern(immutable, strict, parallel_safe, name = "snowflake_from_timestamp")]
-fn snowflake_from_timestamp_in(ts: TimestampWithTimeZone, layout: &str) -> i64 {
-    layout_arg(layout)
+fn snowflake_from_timestamp_in(ts: TimestampWithTimeZone, layout: Text) -> i64 {
+    layout_arg(layout.as_str())
         .lower_bound(unix_us(ts.into()))
         .or_raise()
 }

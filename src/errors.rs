@@ -24,18 +24,21 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::NotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
         Class::DependentObjects => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
         Class::LockNotAvailable => ERRCODE_LOCK_NOT_AVAILABLE,
+        Class::CharacterNotInRepertoire => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE,
         Class::Warning => ERRCODE_WARNING,
     }
 }
 
 #[track_caller]
 fn report(failure: Failure, level: PgLogLevel) {
-    let mut r = ErrorReport::new(code(failure.class), failure.message, "snowflake_id");
+    // Postgres sends a message in the database's encoding.
+    let text = |t: String| crate::pg_text::for_messages(&t).into_owned();
+    let mut r = ErrorReport::new(code(failure.class), text(failure.message), "snowflake_id");
     if let Some(d) = failure.detail {
-        r = r.set_detail(d);
+        r = r.set_detail(text(d));
     }
     if let Some(h) = failure.hint {
-        r = r.set_hint(h);
+        r = r.set_hint(text(h));
     }
     r.report(level);
 }

@@ -9,6 +9,7 @@
 use pgrx::prelude::*;
 
 mod claims;
+mod claims_db;
 mod clock;
 mod convert;
 mod decode;
@@ -16,6 +17,7 @@ mod durable;
 mod errors;
 mod generate;
 mod local;
+mod pg_text;
 mod record;
 mod reserver;
 mod settings;

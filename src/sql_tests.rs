@@ -279,7 +279,7 @@ mod tests {
                 // A trigger function: called by its trigger alone, never in
                 // a query, where these attributes would matter.
                 "snowflake_claims_guard() v0u",
-                "snowflake_convert(regclass,name,boolean,boolean) v1u",
+                "snowflake_convert(regclass,name,boolean,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
                 "snowflake_from_text(text,text) i1s",

@@ -105,7 +105,11 @@ pub unsafe extern "C-unwind" fn snowflake_status(
             .into_datum(),
         layout.map(|l| l.describe()).into_datum(),
         layout.and_then(|l| ts(l.epoch_ms())),
-        problem.into_datum(),
+        // Names from other servers' claims can be anything: written so that
+        // the database's encoding can hold them.
+        problem
+            .map(|p| crate::pg_text::for_messages(&p).into_owned())
+            .into_datum(),
         last.map(|(id, _)| pg_sys::Datum::from(id)),
         last.and_then(|(_, t)| ts(t)),
         // From the counter, not last_id: after a restart or

@@ -7,6 +7,7 @@ Postgres refuses to run as root, so servers run as the `postgres` user.
 """
 
 import contextlib
+import hashlib
 import os
 import pwd
 import shutil
@@ -22,6 +23,15 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 RUN_AS = "postgres"
 
 _next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400"))]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def drivers_python():
+    """The Python of the virtual environment scripts/setup.sh fills with the
+    pinned client libraries of tests/drivers/requirements.txt."""
+    with open(os.path.join(REPO, "tests", "drivers", "requirements.txt"), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    return os.path.join(os.environ.get("SNOWFLAKE_VENV") or f"/var/cache/snowflake_id/venv-{digest}", "bin", "python")
 
 
 def _as_postgres(cmd, env=None, check=True, host_name=None, **kw):

@@ -71,7 +71,7 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
         assert "A CREATE TRIGGER snowflake_claims_guard BEFORE" in dict((r[0], r[7]) for r in updated)["snowflake_claims"]
         # snowflake_convert pins its search path and turns row security off.
-        assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean)"] \
+        assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean,boolean)"] \
             == "{\"search_path=pg_catalog, pg_temp\",row_security=off}"
     finally:
         srv.destroy()

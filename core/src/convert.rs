@@ -128,6 +128,9 @@ pub struct View {
     pub depends_on: Vec<String>,
     /// What on it cannot be made again here (its triggers and rules).
     pub attached: Vec<String>,
+    /// For a temporary view, whose it is ("this session", "another
+    /// session"): a temporary view cannot be made again by a conversion.
+    pub temporary_of: Option<String>,
     /// Roles that the owner's default privileges would grant the view
     /// when it is made again: taken back.
     pub default_grantees: Vec<String>,
@@ -154,6 +157,31 @@ pub struct Facts {
     /// The call the new default makes, qualified and quoted.
     pub nextval: String,
     pub drop_sequence: bool,
+    /// A sequence the column still owns after an earlier conversion kept
+    /// it: dropped by a run with `drop_sequence`.
+    pub leftover: Option<Leftover>,
+    /// The publications each table whose column widens is in, as
+    /// (table, publication): a subscriber whose copy of the column stays
+    /// narrower stops applying the table's rows.
+    pub publications: Vec<(String, String)>,
+    /// The caller says every subscriber's copy is widened already.
+    pub subscribers_widened: bool,
+}
+
+/// A sequence left owned by the column after it was converted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// Qualified and quoted.
+    pub sequence: String,
+    /// A quoted role.
+    pub owner: String,
+    /// Other columns whose defaults take from it.
+    pub shared_with: Vec<String>,
+}
+
+/// `text` as an SQL string literal, for a HINT that can be pasted.
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Refuses what cannot be converted, before anything about views is read.
@@ -182,7 +210,10 @@ pub fn check(f: &Facts) -> Result<(), Failure> {
             format!("column {target} is inherited from {top}"),
         )
         .detail("A partition's or a child's columns follow the table they belong to.")
-        .hint(format!("Convert {top}: snowflake_convert('{top}', ...).")));
+        .hint(format!(
+            "Convert {top}: snowflake_convert({}, ...).",
+            literal(top)
+        )));
     }
     if Width::of(&f.target.type_name).is_none() {
         return Err(Failure::new(
@@ -241,12 +272,19 @@ pub fn check(f: &Facts) -> Result<(), Failure> {
         }
     }
     if f.drop_sequence {
-        if let OldDefault::Sequence {
-            sequence,
-            shared_with,
-            ..
-        } = &f.default
-        {
+        let to_drop = match (&f.default, &f.leftover) {
+            (
+                OldDefault::Sequence {
+                    sequence,
+                    shared_with,
+                    ..
+                },
+                _,
+            ) => Some((sequence, shared_with)),
+            (OldDefault::Snowflake, Some(l)) => Some((&l.sequence, &l.shared_with)),
+            _ => None,
+        };
+        if let Some((sequence, shared_with)) = to_drop {
             if !shared_with.is_empty() {
                 return Err(Failure::new(
                     Class::DependentObjects,
@@ -315,8 +353,23 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
     check(f)?;
     let widened = widened(f);
     let new_default = f.default != OldDefault::Snowflake;
-    if widened.is_empty() && !new_default {
+    let leftover = f
+        .leftover
+        .as_ref()
+        .filter(|_| f.drop_sequence && !new_default);
+    if widened.is_empty() && !new_default && leftover.is_none() {
         return Ok(Vec::new());
+    }
+    if let (Some((table, publication)), false) = (f.publications.first(), f.subscribers_widened) {
+        return Err(Failure::new(
+            Class::NotReady,
+            format!("{table} is published (publication {publication}): its subscribers' copies of the widened columns must be bigint first"),
+        )
+        .detail("A subscriber applies rows into its own table; one whose column is still integer stops at the first new ID, and the application's other rows wait behind it.")
+        .hint(format!(
+            "On every subscriber, widen the columns first (snowflake_convert there with dry_run => true lists them; ALTER TABLE ... TYPE bigint), then run it here with subscribers_widened => true: snowflake_convert({}, subscribers_widened => true).",
+            literal(&f.target.table)
+        )));
     }
     if let Some(v) = f.views.iter().find(|v| v.materialized) {
         return Err(Failure::new(
@@ -328,6 +381,19 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
         )
         .detail("A materialized view is not made again here: its data, indexes and refresh schedule are yours.")
         .hint("Drop it, run snowflake_convert, and create it again."));
+    }
+    if let Some(v) = f.views.iter().find(|v| v.temporary_of.is_some()) {
+        let whose = v.temporary_of.as_deref().unwrap_or_default();
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("temporary view {} of {whose} depends on a column that must become bigint", v.name),
+        )
+        .detail("A temporary view belongs to its session, and a conversion cannot make it again there.")
+        .hint(if whose == "this session" {
+            format!("DROP VIEW {}; then run snowflake_convert again, and create the view again afterwards.", v.name)
+        } else {
+            "Run it again once that session has ended or dropped the view (its schema, pg_temp_N, names the session's slot).".to_string()
+        }));
     }
     if let Some(v) = f.views.iter().find(|v| !v.attached.is_empty()) {
         return Err(Failure::new(
@@ -399,6 +465,13 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
             format!("DROP SEQUENCE {sequence}"),
             owner,
             format!("sequence {sequence}"),
+        ));
+    }
+    if let Some(l) = leftover {
+        sql.push(Step::owner(
+            format!("DROP SEQUENCE {}", l.sequence),
+            &l.owner,
+            format!("sequence {}", l.sequence),
         ));
     }
     for v in views {
@@ -610,6 +683,9 @@ mod tests {
             views: vec![],
             nextval: "public.snowflake_nextval()".into(),
             drop_sequence: false,
+            leftover: None,
+            publications: vec![],
+            subscribers_widened: false,
         }
     }
 
@@ -1038,6 +1114,95 @@ mod tests {
                 by("GRANT SELECT ON public.v TO d;", "app"),
             ]
         );
+    }
+
+    #[test]
+    fn a_sequence_an_earlier_run_kept_is_dropped_when_asked() {
+        let done = Facts {
+            target: col("public.orders", "id", "bigint"),
+            default: OldDefault::Snowflake,
+            leftover: Some(Leftover {
+                sequence: "public.orders_id_seq".into(),
+                owner: "app".into(),
+                shared_with: vec![],
+            }),
+            ..serial()
+        };
+        assert_eq!(plan(&done).unwrap(), Vec::<String>::new());
+        let drop = Facts {
+            drop_sequence: true,
+            ..done.clone()
+        };
+        assert_eq!(
+            plan(&drop).unwrap()[1..],
+            ["DROP SEQUENCE public.orders_id_seq;"]
+        );
+        let shared = Facts {
+            leftover: Some(Leftover {
+                shared_with: vec!["public.other.id".into()],
+                ..done.leftover.clone().unwrap()
+            }),
+            ..drop
+        };
+        assert_eq!(plan(&shared).unwrap_err().class, Class::DependentObjects);
+    }
+
+    #[test]
+    fn a_published_table_is_widened_only_once_its_subscribers_are() {
+        let f = Facts {
+            publications: vec![("public.orders".into(), "app".into())],
+            ..serial()
+        };
+        let e = plan(&f).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(e.message.contains("publication app"), "{e}");
+        assert!(e
+            .hint
+            .unwrap()
+            .contains("snowflake_convert('public.orders', subscribers_widened => true)"));
+        assert!(plan(&Facts {
+            subscribers_widened: true,
+            ..f
+        })
+        .is_ok());
+    }
+
+    #[test]
+    fn hints_quote_names_as_string_literals() {
+        assert_eq!(literal(r#"public."it's""#), r#"'public."it''s"'"#);
+        let e = plan(&Facts {
+            inherited_from: Some(r#"public."o'brien""#.into()),
+            ..serial()
+        })
+        .unwrap_err();
+        assert!(e
+            .hint
+            .unwrap()
+            .contains(r#"snowflake_convert('public."o''brien"', ...)"#));
+    }
+
+    #[test]
+    fn temporary_views_are_refused_naming_whose_they_are() {
+        let mut v = view("pg_temp_3.recent", &[]);
+        v.temporary_of = Some("another session".into());
+        let e = plan(&Facts {
+            views: vec![v.clone()],
+            ..serial()
+        })
+        .unwrap_err();
+        assert_eq!(e.class, Class::NotSupported);
+        assert!(
+            e.message
+                .starts_with("temporary view pg_temp_3.recent of another session"),
+            "{e}"
+        );
+        v.temporary_of = Some("this session".into());
+        let e = plan(&Facts {
+            views: vec![v],
+            ..serial()
+        })
+        .unwrap_err();
+        assert!(e.hint.unwrap().starts_with("DROP VIEW pg_temp_3.recent;"));
     }
 
     #[test]

@@ -1,0 +1,167 @@
+//! The commands that need the claims database to themselves: `DROP
+//! DATABASE`, `ALTER DATABASE ... RENAME TO` and `... SET TABLESPACE`
+//! refuse while any session is connected, and `CREATE DATABASE ...
+//! TEMPLATE` refuses while its template has one. The claims worker stays
+//! connected to its database; so, when its owner (or a superuser) runs one
+//! of them on it, the worker is asked to leave first and to wait until the
+//! command is over before it connects again.
+
+use crate::settings;
+use crate::shmem;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::ffi::CStr;
+
+/// How long the claims worker stays away at most, should the session that
+/// asked it to never say the command is over (a crash).
+const PAUSE_LIMIT_MS: i64 = 60_000;
+/// How long the command waits for the worker to leave (Postgres then waits
+/// another 5 s for sessions to go, as it always does).
+const LEAVE_WAIT_MS: i64 = 5_000;
+
+static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
+
+/// Installs the hook (from `_PG_init`, while libraries are preloaded, and
+/// only when a claims database is set).
+pub fn install() {
+    // SAFETY: hooks are installed once, at preload, before any query runs.
+    unsafe {
+        PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
+        pg_sys::ProcessUtility_hook = Some(process_utility);
+    }
+}
+
+/// The database a statement needs free of other sessions, if any.
+///
+/// # Safety
+/// `stmt` is a utility statement's parse tree.
+unsafe fn needs_free(stmt: *mut pg_sys::Node) -> Option<&'static CStr> {
+    let option = |options: *mut pg_sys::List, name: &CStr| -> Option<*mut pg_sys::DefElem> {
+        // SAFETY: a list of DefElem, as the parser makes these options.
+        unsafe { PgList::<pg_sys::DefElem>::from_pg(options) }
+            .iter_ptr()
+            // SAFETY: each element is a DefElem with a name.
+            .find(|d| unsafe { CStr::from_ptr((**d).defname) } == name)
+    };
+    // SAFETY: the node's tag says which statement it is; each name read is
+    // a NUL-terminated string of the parse tree, which outlives the command.
+    unsafe {
+        match (*stmt).type_ {
+            pg_sys::NodeTag::T_DropdbStmt => {
+                Some(CStr::from_ptr((*stmt.cast::<pg_sys::DropdbStmt>()).dbname))
+            }
+            pg_sys::NodeTag::T_RenameStmt => {
+                let r = stmt.cast::<pg_sys::RenameStmt>();
+                ((*r).renameType == pg_sys::ObjectType::OBJECT_DATABASE)
+                    .then(|| CStr::from_ptr((*r).subname))
+            }
+            pg_sys::NodeTag::T_CreatedbStmt => {
+                let c = stmt.cast::<pg_sys::CreatedbStmt>();
+                option((*c).options, c"template").map(|d| CStr::from_ptr(pg_sys::defGetString(d)))
+            }
+            pg_sys::NodeTag::T_AlterDatabaseStmt => {
+                let a = stmt.cast::<pg_sys::AlterDatabaseStmt>();
+                option((*a).options, c"tablespace").map(|_| CStr::from_ptr((*a).dbname))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Whether the current user may run such a command on database `name`:
+/// its owner, a member of the owner's role, or a superuser. Anyone else
+/// would be refused by the command anyway, and must not be able to keep
+/// the worker away by trying.
+fn may_act_on(name: &CStr) -> bool {
+    let owner: Option<pg_sys::Oid> = Spi::get_one_with_args(
+        "SELECT datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.name",
+        &[crate::pg_text::Text(crate::pg_text::from_server(name.to_bytes()).unwrap_or_default()).into()],
+    )
+    .ok()
+    .flatten();
+    // SAFETY: catalog lookups of the session's role and its memberships.
+    owner.is_some_and(|o| unsafe {
+        pg_sys::superuser() || pg_sys::has_privs_of_role(pg_sys::GetUserId(), o)
+    })
+}
+
+/// Asks the claims worker to leave and stay away; waits for it to go.
+fn send_away() {
+    let Some(st) = shmem::state() else { return };
+    st.claims
+        .keep_out_until(crate::clock::now_ms() + PAUSE_LIMIT_MS);
+    let pid = st.claims.worker_pid();
+    if pid == 0 {
+        return;
+    }
+    // SAFETY: signals the claims worker, a child of the same postmaster,
+    // which ends on SIGTERM (and the postmaster starts it again).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = crate::clock::now_ms() + LEAVE_WAIT_MS;
+    while st.claims.worker_pid() == pid && crate::clock::now_ms() < deadline {
+        crate::clock::sleep_on_latch(10);
+        pgrx::check_for_interrupts!();
+    }
+}
+
+/// Lets the claims worker connect again.
+fn call_back() {
+    if let Some(st) = shmem::state() {
+        st.claims.keep_out_until(0);
+    }
+}
+
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query: *const std::ffi::c_char,
+    #[cfg(not(feature = "pg13"))] read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: the statement Postgres is about to run, unchanged.
+    let target = unsafe { needs_free((*pstmt).utilityStmt) };
+    let claims_db = settings::claims_database();
+    let away = target
+        .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
+        && target.is_some_and(may_act_on);
+    if away {
+        send_away();
+    }
+    let run = || {
+        // SAFETY: the next hook in line, or Postgres's own, with the
+        // arguments it was called with.
+        unsafe {
+            match PREV_PROCESS_UTILITY {
+                #[cfg(not(feature = "pg13"))]
+                Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
+                #[cfg(feature = "pg13")]
+                Some(prev) => prev(pstmt, query, context, params, env, dest, qc),
+                #[cfg(not(feature = "pg13"))]
+                None => pg_sys::standard_ProcessUtility(
+                    pstmt,
+                    query,
+                    read_only_tree,
+                    context,
+                    params,
+                    env,
+                    dest,
+                    qc,
+                ),
+                #[cfg(feature = "pg13")]
+                None => {
+                    pg_sys::standard_ProcessUtility(pstmt, query, context, params, env, dest, qc)
+                }
+            }
+        }
+    };
+    if !away {
+        return run();
+    }
+    PgTryBuilder::new(run).finally(call_back).execute()
+}

@@ -1,0 +1,311 @@
+"""Claims, conversion and text input under hostile data and awkward setups,
+on real servers:
+
+- claims: rows that cannot be judged arriving by replication; a publisher
+  whose claims table is emptied; template databases; the claims database
+  dropped, renamed or copied by its owner;
+- snowflake_convert: REPEATABLE READ with a key committed after the
+  snapshot; a grant chain on a view made again; a published table; a
+  temporary view of another session; a sequence kept by an earlier run;
+  pasteable HINTs for names with quotes;
+- text arguments in LATIN1 and SQL_ASCII databases."""
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+
+import psycopg2
+import pytest
+from harness import REPO, Server, drivers_python, servers
+from test_claims import DETECT_TIMEOUT_S, dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
+
+
+def wait_log(s, text, timeout=DETECT_TIMEOUT_S):
+    deadline = time.time() + timeout
+    while text not in s.log_text():
+        assert time.time() < deadline, f"{s.name}: the log never said {text!r}"
+        time.sleep(0.1)
+
+
+# --- claims -----------------------------------------------------------------
+
+
+def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_count():
+    with servers() as made:
+        a = writer(made, "poison-a", 5)
+        wait_claims(a, 1, "a did not claim its worker id")
+        b = writer(made, "poison-b", 5)
+        wait_claims(b, 1, "b did not claim its worker id")
+        publish(a, "claims", tables="")
+        # Rows that name a's own system identifier: the README's row filter
+        # passes them on. Written past the guard, as only a superuser can.
+        a.sql(f"""SET session_replication_role = replica;
+            INSERT INTO snowflake_claims VALUES
+              (5, {sysid(a)}, 1, 991, 'infinite', '-infinity', 'infinity'),
+              (-1, {sysid(a)}, 1, 992, repeat('x', 5000), now(), now()),
+              (7, {sysid(a)}, 0, 993, 'no timeline', now(), now())""")
+        subscribe(b, "claims_from_a", a, "claims")
+        # b still finds a's live claim, refuses as the later claimant, and
+        # says so in full despite the 5,000-byte name beside it.
+        wait_problem(b, 'worker id 5 is also claimed by the live server "poison-a"')
+        code, message, hint = b.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "poison-a" in message and "another worker id" in hint, (code, message)
+        for s in (a, b):
+            wait_log(s, "claimed_at is -infinity")
+            wait_log(s, "worker_id -1 is negative")
+            wait_log(s, "timeline 0 is not a timeline")
+            assert "x" * 65 not in s.log_text()
+        # a, which receives nothing, keeps refreshing its own claim and shows
+        # the first row it skips.
+        assert "skipped" in problem(a), problem(a)
+        first = a.one(f"SELECT last_seen FROM snowflake_claims WHERE name = 'poison-a'")
+        a.wait_for(f"SELECT last_seen > '{first}' FROM snowflake_claims WHERE name = 'poison-a'")
+
+
+def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_claim_time():
+    with servers() as made:
+        a = writer(made, "trunc-a", 5)
+        wait_claims(a, 1, "a did not claim its worker id")
+        b = writer(made, "trunc-b", 5)
+        publish(a, "pub")
+        subscribe(b, "from_a", a, "pub")
+        wait_problem(b, 'worker id 5 is also claimed by the live server "trunc-a"')
+        claimed = a.one("SELECT claimed_at FROM snowflake_claims")
+        # Refused even for a superuser: the guard says how to do it on purpose.
+        code, _, hint = a.error("TRUNCATE snowflake_claims")
+        assert code == "42501" and "session_replication_role" in hint
+        a.sql("SET session_replication_role = replica; TRUNCATE snowflake_claims")
+        # The worker writes the claim again, with the time it remembers;
+        # the subscriber, which still holds the old row, takes the new one
+        # in its place instead of stopping on a duplicate key.
+        wait_claims(a, 1, "a did not claim again")
+        assert a.one("SELECT claimed_at FROM snowflake_claims") == claimed
+        a.sql("INSERT INTO t (id, origin) VALUES (42, 'after the truncate')")
+        b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 42", what="the subscription stopped")
+        assert b.one("SELECT claimed_at FROM snowflake_claims WHERE name = 'trunc-a'") == claimed
+        assert "duplicate key" not in b.log_text()
+        # Who stops has not changed: b claimed later, b still refuses.
+        time.sleep(3)
+        assert b.error("SELECT snowflake_nextval()")[0] == "55000"
+        a.sql("SELECT snowflake_nextval()")
+
+
+def test_a_template_database_is_refused_and_create_database_keeps_working():
+    with servers() as made:
+        s = Server("claims-template1", conf={"snowflake_id.claims_database": "'template1'"})
+        made.append(s)
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        s.wait_for("SELECT problem LIKE '%names the template database \"template1\"%' FROM snowflake_status")
+        for i in range(5):
+            s.sql(f"CREATE DATABASE copy{i}")
+        s.sql("CREATE DATABASE tpl IS_TEMPLATE true")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="tpl")
+        s.set_conf(snowflake_id__claims_database="'tpl'")
+        s.restart()
+        s.wait_for("SELECT problem LIKE '%names the template database \"tpl\"%' FROM snowflake_status")
+        s.sql("CREATE DATABASE from_tpl TEMPLATE tpl")
+
+
+def test_the_claims_databases_owner_can_drop_rename_and_copy_it():
+    with servers() as made:
+        s = Server("claims-db-owner", conf={"snowflake_id.claims_database": "'claims'"})
+        made.append(s)
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        s.sql("CREATE ROLE owner LOGIN CREATEDB")
+        s.sql("CREATE DATABASE claims OWNER owner")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="claims")
+        wait_claims_in(s, "claims")
+        # Someone else cannot send the worker away by trying.
+        s.sql("CREATE ROLE other LOGIN CREATEDB")
+        assert s.error("DROP DATABASE claims", user="other")[0] == "42501"
+        assert s.error("ALTER DATABASE claims RENAME TO gone", user="other")[0] == "42501"
+        wait_claims_in(s, "claims", fresh=True)
+        # A copy, then the claims are kept again.
+        s.sql("CREATE DATABASE claims_copy TEMPLATE claims", user="owner")
+        wait_claims_in(s, "claims", fresh=True)
+        s.sql("ALTER DATABASE claims RENAME TO claims_renamed", user="owner")
+        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_status")
+        s.sql("ALTER DATABASE claims_renamed RENAME TO claims", user="owner")
+        wait_claims_in(s, "claims", fresh=True)
+        s.sql("DROP DATABASE claims", user="owner")
+        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_status")
+        s.sql("SELECT snowflake_nextval()")
+
+
+def wait_claims_in(s, db, fresh=False):
+    """Waits until the claim in `db` is refreshed (after now, if `fresh`)."""
+    since = s.one("SELECT now()") if fresh else "-infinity"
+    deadline = time.time() + DETECT_TIMEOUT_S
+    while True:
+        with contextlib.suppress(psycopg2.Error):
+            if s.one(f"SELECT count(*) > 0 FROM snowflake_claims WHERE last_seen > '{since}'", dbname=db):
+                return
+        assert time.time() < deadline, f"no claim kept in {db}: {s.one('SELECT problem FROM snowflake_status')}"
+        time.sleep(0.2)
+
+
+# --- snowflake_convert --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server("robust-convert", conf={"snowflake_id.worker_id": 3, "wal_level": "logical"})
+    s.start()
+    s.sql("CREATE EXTENSION snowflake_id")
+    yield s
+    s.destroy()
+
+
+def test_a_repeatable_read_conversion_sees_keys_committed_after_its_snapshot(srv):
+    srv.sql("CREATE TABLE rr (id bigserial PRIMARY KEY); INSERT INTO rr DEFAULT VALUES")
+    for level in ("REPEATABLE READ", "SERIALIZABLE"):
+        conn = srv.connect(autocommit=False)
+        cur = conn.cursor()
+        cur.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+        cur.execute("SELECT count(*) FROM rr")  # the snapshot is taken
+        srv.sql("INSERT INTO rr VALUES (9000000000000000000)")
+        with pytest.raises(psycopg2.Error) as e:
+            cur.execute("SELECT snowflake_convert('rr')")
+        assert e.value.pgcode == "55000", e.value
+        assert "the largest is 9000000000000000000" in e.value.diag.message_primary, e.value
+        conn.rollback()
+        conn.close()
+        srv.sql("DELETE FROM rr WHERE id = 9000000000000000000")
+
+
+def test_a_grant_chain_on_a_view_made_again_still_answers_to_revoke_cascade(srv):
+    srv.sql("""CREATE ROLE chain_a LOGIN; CREATE ROLE chain_b LOGIN;
+        CREATE TABLE chained (id serial PRIMARY KEY);
+        CREATE VIEW chained_v AS SELECT id FROM chained;
+        GRANT SELECT ON chained_v TO chain_a WITH GRANT OPTION;""")
+    srv.sql("GRANT SELECT ON chained_v TO chain_b", user="chain_a")
+    before = srv.one("SELECT relacl::text FROM pg_class WHERE relname = 'chained_v'")
+    srv.sql("SELECT snowflake_convert('chained')")
+    assert srv.one("SELECT relacl::text FROM pg_class WHERE relname = 'chained_v'") == before
+    srv.sql("SELECT * FROM chained_v", user="chain_b")
+    srv.sql("REVOKE SELECT ON chained_v FROM chain_a CASCADE")
+    assert srv.error("SELECT * FROM chained_v", user="chain_b")[0] == "42501"
+
+
+def test_a_published_table_waits_for_its_subscribers(srv):
+    srv.sql("CREATE TABLE published (id serial PRIMARY KEY); CREATE PUBLICATION pub_published FOR TABLE published")
+    code, message, hint = srv.error("SELECT snowflake_convert('published')")
+    assert code == "55000" and "publication pub_published" in message, (code, message)
+    assert "subscribers_widened => true" in hint
+    assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                   "WHERE attrelid = 'published'::regclass AND attname = 'id'") == "integer"
+    srv.sql("SELECT snowflake_convert('published', subscribers_widened => true)")
+    assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                   "WHERE attrelid = 'published'::regclass AND attname = 'id'") == "bigint"
+
+
+def test_another_sessions_temporary_view_is_named_in_the_refusal(srv):
+    srv.sql("CREATE TABLE temped (id serial PRIMARY KEY)")
+    other = srv.connect()
+    other.cursor().execute("CREATE TEMP VIEW temped_v AS SELECT id FROM temped")
+    try:
+        code, message, hint = srv.error("SELECT snowflake_convert('temped')")
+        assert code == "0A000", (code, message)
+        assert re.search(r"temporary view pg_temp_\d+\.temped_v of another session", message), message
+        assert "session has ended" in hint
+    finally:
+        other.close()
+    srv.wait_for("SELECT count(*) = 0 FROM pg_class WHERE relname = 'temped_v'")
+    srv.sql("SELECT snowflake_convert('temped')")
+
+
+def test_a_sequence_an_earlier_conversion_kept_is_dropped_by_a_later_one(srv):
+    srv.sql("CREATE TABLE kept (id serial PRIMARY KEY)")
+    srv.sql("SELECT snowflake_convert('kept')")
+    assert srv.one("SELECT to_regclass('kept_id_seq') IS NOT NULL")
+    assert srv.sql("SELECT snowflake_convert('kept')") == []
+    done = [r[0] for r in srv.sql("SELECT snowflake_convert('kept', drop_sequence => true)")]
+    assert done[-1] == "DROP SEQUENCE public.kept_id_seq;", done
+    assert srv.one("SELECT to_regclass('kept_id_seq') IS NULL")
+
+
+def test_a_hint_naming_a_table_with_a_quote_can_be_pasted(srv):
+    srv.sql("""CREATE TABLE "it's" (id serial PRIMARY KEY) PARTITION BY RANGE (id);
+        CREATE TABLE "it's_1" PARTITION OF "it's" FOR VALUES FROM (0) TO (1000)""")
+    code, _, hint = srv.error("""SELECT snowflake_convert('"it''s_1"')""")
+    assert code == "0A000"
+    call = re.search(r"snowflake_convert\((.*), \.\.\.\)", hint).group(1)
+    # Pasted as it is, it names the table at the top.
+    assert srv.one(f"SELECT {call}::regclass::text") == '"it\'s"'
+
+
+def test_drivers_that_prepare_statements_see_a_conversion_as_the_readme_says(srv):
+    """A prepared statement that returns the key cannot run again once the
+    key is bigint (0A000 cached plan must not change result type): asyncpg
+    prepares again by itself; psycopg 3 fails on every execution until the
+    connection deallocates its statements."""
+    srv.sql("CREATE TABLE prepared (id serial PRIMARY KEY, n int)")
+    socket = f"host={srv.dir} port={srv.port} user=postgres dbname=postgres"
+    dsns = {"psycopg": socket, "psycopg-deallocate": socket,
+            "asyncpg": f"postgresql://postgres@/postgres?host={srv.dir}&port={srv.port}"}
+    script = os.path.join(REPO, "tests", "drivers", "prepared_inserts.py")
+    runs = {d: subprocess.Popen([drivers_python(), script, d, dsn, "prepared", "5"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for d, dsn in dsns.items()}
+    time.sleep(2)
+    srv.sql("SELECT snowflake_convert('prepared')")
+    seen = {}
+    for d, p in runs.items():
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        seen[d] = json.loads(out)
+    print(json.dumps(seen, indent=1))
+    assert srv.one("SELECT count(*) FROM prepared") == sum(s["ok"] for s in seen.values())
+    stale = "0A000 cached plan must not change result type"
+    # asyncpg: not one insert failed.
+    assert seen["asyncpg"]["errors"] == {} and seen["asyncpg"]["ok_after_last_error"] > 0, seen["asyncpg"]
+    # psycopg 3: every insert after the conversion failed...
+    assert list(seen["psycopg"]["errors"]) == [stale] and seen["psycopg"]["ok_after_last_error"] == 0, seen["psycopg"]
+    # ... until the connection ran DEALLOCATE ALL: one failure, then fine.
+    assert seen["psycopg-deallocate"]["errors"] == {stale: 1}, seen["psycopg-deallocate"]
+    assert seen["psycopg-deallocate"]["ok_after_last_error"] > 0, seen["psycopg-deallocate"]
+
+
+# --- every database encoding ------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["LATIN1", "SQL_ASCII"])
+def test_text_arguments_in_a_database_that_is_not_utf8(srv, encoding, monkeypatch):
+    # This client speaks UTF-8, whatever the database's encoding.
+    monkeypatch.setenv("PGCLIENTENCODING", "UTF8")
+    db = f"enc_{encoding.lower()}"
+    srv.sql(f"CREATE DATABASE {db} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    srv.sql("CREATE EXTENSION snowflake_id", dbname=db)
+    calls = [
+        ("SELECT snowflake_from_text('é', 'base62')", "22P02"),
+        ("SELECT snowflake_from_text('0000000000é', 'base62')", "22P02"),
+        ("SELECT snowflake_to_text(1, 'bäse62')", "22023"),
+        ("SELECT snowflake_from_text('1', 'bäse62')", "22023"),
+        ("SELECT snowflake_decode(1, 'twittér')", "22023"),
+        ("SELECT snowflake_timestamp(1, 'twittér')", "22023"),
+        ("SELECT snowflake_from_timestamp(now(), 'twittér')", "22023"),
+    ]
+    for query, code in calls:
+        got, message, _ = srv.error(query, dbname=db)
+        assert got == code, (encoding, query, got, message)
+        assert "UTF-8" not in message or encoding == "SQL_ASCII", message
+    # The valid ones work, and give what a UTF-8 database gives.
+    assert srv.one("SELECT snowflake_from_text(snowflake_to_text(123456789, 'base62'), 'base62')", dbname=db) \
+        == 123456789
+    assert srv.one("SELECT (snowflake_decode(1 << 22, 'twitter')).worker_id", dbname=db) == 0
+    # A table and column with names beyond ASCII convert.
+    srv.sql('CREATE TABLE "tablé" ("clé" serial PRIMARY KEY); CREATE VIEW "vué" AS SELECT "clé" FROM "tablé"',
+            dbname=db)
+    done = [r[0] for r in srv.sql("""SELECT snowflake_convert('"tablé"', 'clé')""", dbname=db)]
+    assert any('"clé" TYPE bigint' in s for s in done), done
+    assert srv.one("""SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+                      WHERE attrelid = '"tablé"'::regclass AND attname = 'clé'""", dbname=db) == "bigint"
+    if encoding == "SQL_ASCII":
+        # Bytes that are no UTF-8: refused as such.
+        got, message, _ = srv.error(
+            "SELECT snowflake_from_text(convert_from('\\xff'::bytea, 'SQL_ASCII'), 'base62')", dbname=db)
+        assert got == "22021", (got, message)
