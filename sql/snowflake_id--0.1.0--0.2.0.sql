@@ -91,6 +91,8 @@ CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_clai
 -- Fires for the rows replication applies as well, so that a claim arriving
 -- again replaces the copy held here.
 ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+-- Called by its triggers alone (which need no EXECUTE).
+REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;
 
 -- IDs as fixed-width text that sorts like the numbers (base62, Crockford
 -- base32, hex), and back.

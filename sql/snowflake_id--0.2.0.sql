@@ -233,7 +233,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:896
+-- src/claims.rs:973
 -- snowflake_id::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
 	RETURNS TRIGGER
@@ -242,7 +242,7 @@ CREATE FUNCTION "snowflake_claims_guard"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:966
+-- src/claims.rs:1052
 -- requires:
 --   snowflake_claims_guard
 
@@ -275,5 +275,7 @@ CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_clai
 -- Fires for the rows replication applies as well, so that a claim arriving
 -- again replaces the copy held here.
 ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+-- Called by its triggers alone (which need no EXECUTE).
+REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */
 

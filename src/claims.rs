@@ -37,6 +37,8 @@ const REMIND_EVERY_MS: i64 = 60_000;
 /// until the next refresh (`lock_timeout`: a background worker's SPI never
 /// arms `statement_timeout`).
 const LOCK_TIMEOUT_MS: u64 = 1_500;
+/// How long the worker stays out of a database it found to be a template.
+const TEMPLATE_RECHECK_MS: i64 = 10_000;
 /// This server's claims memory across restarts, in the data directory.
 const CLAIMS_FILE: &str = "snowflake_id.claims";
 
@@ -129,6 +131,8 @@ pub struct Shared {
     /// Until when (Unix ms) the worker stays out of its database: a
     /// command that needs it free is under way (see `claims_db`).
     paused_until_ms: AtomicI64,
+    /// When a command last sent the worker away and then failed.
+    sent_away_in_vain_ms: AtomicI64,
 }
 
 impl Shared {
@@ -141,6 +145,7 @@ impl Shared {
             trouble: SharedText::new(),
             skipped: SharedText::new(),
             paused_until_ms: AtomicI64::new(0),
+            sent_away_in_vain_ms: AtomicI64::new(0),
         }
     }
 
@@ -153,6 +158,17 @@ impl Shared {
     /// or, with 0, no longer.
     pub fn keep_out_until(&self, until_ms: i64) {
         self.paused_until_ms.store(until_ms, Ordering::SeqCst);
+    }
+
+    /// Whether the worker may be sent away now: not within `every_ms` of
+    /// a command that sent it away and then failed.
+    pub fn may_send_away(&self, now_ms: i64, every_ms: i64) -> bool {
+        now_ms - self.sent_away_in_vain_ms.load(Ordering::SeqCst) >= every_ms
+    }
+
+    /// Notes that a command sent the worker away and then failed.
+    pub fn sent_away_in_vain(&self, now_ms: i64) {
+        self.sent_away_in_vain_ms.store(now_ms, Ordering::SeqCst);
     }
 
     fn kept_out(&self, now_ms: i64) -> bool {
@@ -252,17 +268,12 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     }
     connect(&db);
     pin_session();
-    if let Some(f) = in_transaction(is_template).ok().flatten() {
-        // A template cannot be copied while anyone is connected to it: a
-        // claims worker there would make every CREATE DATABASE fail.
-        st.claims.trouble.set(&f.to_text());
-        errors::log(f, PgLogLevel::WARNING);
-        // SAFETY: status 0 tells the postmaster not to start it again.
-        unsafe { pg_sys::proc_exit(0) };
-    }
     st.claims.trouble.set("");
     let mut keeper = Keeper::new(st, db);
     loop {
+        if let Some(f) = in_transaction(is_template).ok().flatten() {
+            leave_template(st, f);
+        }
         if reserver::terminating() {
             // Status 1: the postmaster starts it again (after a shutdown
             // it does not); 0 would unregister it until the next restart.
@@ -353,6 +364,7 @@ struct Keeper {
     /// What the log was last told, and when.
     logged: Option<(Vec<FindingKey>, i64)>,
     trouble_logged: Option<String>,
+    trouble_logged_at: i64,
     /// The rows skipped at the last refresh, as told to the log.
     skipped_logged: Vec<String>,
 }
@@ -395,6 +407,7 @@ impl Keeper {
             previous,
             logged: None,
             trouble_logged: None,
+            trouble_logged_at: 0,
             skipped_logged: Vec::new(),
         }
     }
@@ -412,6 +425,17 @@ impl Keeper {
             write_and_read(&mine, claiming, previous, claimed_at, &name)
         }) {
             Ok(Ok(read)) => read,
+            Ok(Err(f)) | Err(f) if f.class == Class::LockNotAvailable => {
+                let held = in_transaction(lock_holders).ok().flatten();
+                let f = match held {
+                    Some(who) => Failure {
+                        message: format!("{} (the table is held by {who})", f.message),
+                        ..f
+                    },
+                    None => f,
+                };
+                return self.trouble(st, Some(f));
+            }
             Ok(Err(f)) | Err(f) => return self.trouble(st, Some(f)),
         };
         self.previous = None;
@@ -475,8 +499,11 @@ impl Keeper {
             return;
         };
         st.claims.trouble.set(&f.to_text());
-        if self.trouble_logged.as_deref() != Some(f.message.as_str()) {
+        let now = now_ms();
+        let due = now - self.trouble_logged_at >= REMIND_EVERY_MS;
+        if due || self.trouble_logged.as_deref() != Some(f.message.as_str()) {
             self.trouble_logged = Some(f.message.clone());
+            self.trouble_logged_at = now;
             errors::log(f, PgLogLevel::WARNING);
         }
     }
@@ -570,8 +597,8 @@ fn template_failure(db: &str) -> Failure {
         Class::InvalidParameter,
         format!("snowflake_id.claims_database names the template database \"{db}\": claims are not kept"),
     )
-    .detail("A template cannot be copied while a session is connected to it, and the claims worker stays connected.")
-    .hint("Set snowflake_id.claims_database to a database that is not a template (one per server, where the extension is installed) and restart PostgreSQL.")
+    .detail("A template cannot be copied while a session is connected to it, and the claims worker stays connected; it looks again every 10 seconds.")
+    .hint("Set snowflake_id.claims_database to a database that is not a template (one per server, where the extension is installed) and restart PostgreSQL, or make this one an ordinary database again (ALTER DATABASE ... IS_TEMPLATE false).")
 }
 
 // proc_exit returns `!` from PostgreSQL 18 on, `()` before.
@@ -584,6 +611,20 @@ fn raise_template(db: &str) -> ! {
     errors::log(f, PgLogLevel::WARNING);
     // SAFETY: status 0 tells the postmaster not to start it again.
     unsafe { pg_sys::proc_exit(0) };
+    unreachable!("proc_exit returns not")
+}
+
+/// Leaves a database that is (or became) a template: a template cannot be
+/// copied while anyone is connected to it, and a claims worker there would
+/// make every CREATE DATABASE from it fail. Looks again in 10 seconds (its
+/// owner may make it an ordinary database again).
+#[allow(unreachable_code)] // proc_exit returns `!` from PostgreSQL 18 on
+fn leave_template(st: &State, f: Failure) -> ! {
+    st.claims.trouble.set(&f.to_text());
+    errors::log(f, PgLogLevel::WARNING);
+    st.claims.keep_out_until(now_ms() + TEMPLATE_RECHECK_MS);
+    // SAFETY: status 1: the postmaster starts it again, and it waits first.
+    unsafe { pg_sys::proc_exit(1) };
     unreachable!("proc_exit returns not")
 }
 
@@ -621,6 +662,8 @@ fn pin_session() {
         ("standard_conforming_strings", "on"),
         ("transform_null_equals", "off"),
         ("row_security", "on"),
+        // An error is the worker's to catch and report, never its end.
+        ("exit_on_error", "off"),
     ];
     #[cfg(any(feature = "pg17", feature = "pg18"))]
     pins.push(("transaction_timeout", "0"));
@@ -642,10 +685,11 @@ fn pin_session() {
     }
 }
 
-/// Runs `f` in a transaction of its own, as a security-restricted
-/// operation (no SET ROLE, no temporary objects: what Postgres does while
-/// it runs maintenance on a table); an error rolls it back and comes back
-/// as a failure instead of ending the worker.
+/// Runs `f` in a transaction of its own, as the bootstrap superuser
+/// whatever role or session authorization a database default set, in a
+/// security-restricted operation (no SET ROLE, no temporary objects: what
+/// Postgres does while it runs maintenance on a table); an error rolls it
+/// back and comes back as a failure instead of ending the worker.
 fn in_transaction<R>(
     f: impl FnOnce() -> R + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
 ) -> Result<R, Failure> {
@@ -658,21 +702,21 @@ fn in_transaction<R>(
         pg_sys::StartTransactionCommand();
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
-            user,
+            pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
             context | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
         pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
     }
     let result = PgTryBuilder::new(|| Ok(f()))
         .catch_others(|e| {
-            let message = match &e {
+            let (message, code) = match &e {
                 pg_sys::panic::CaughtError::PostgresError(r)
                 | pg_sys::panic::CaughtError::ErrorReport(r)
                 | pg_sys::panic::CaughtError::RustPanic { ereport: r, .. } => {
-                    r.message().to_string()
+                    (r.message().to_string(), r.sql_error_code())
                 }
             };
-            Err(message)
+            Err((message, code))
         })
         .execute();
     // SAFETY: ends the transaction begun above, whichever way it went.
@@ -686,26 +730,59 @@ fn in_transaction<R>(
             Err(_) => pg_sys::AbortCurrentTransaction(),
         }
     }
-    result.map_err(|why| {
-        Failure::new(Class::Warning, format!("could not keep this server's worker-id claim in snowflake_claims: {why}"))
+    result.map_err(|(why, code)| {
+        let class = if code == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE {
+            Class::LockNotAvailable
+        } else {
+            Class::Warning
+        };
+        Failure::new(class, format!("could not keep this server's worker-id claim in snowflake_claims: {why}"))
             .hint("The claim is tried again every 2 seconds; until it is kept, collisions with other servers' worker ids go unnoticed.")
     })
 }
+
+/// Who holds a lock on the claims table (the sessions this worker's last
+/// write waited behind), for `problem`: anyone with UPDATE, DELETE or
+/// TRUNCATE on it (pg_write_all_data) can LOCK it, and no privilege of its
+/// own stops that.
+fn lock_holders() -> Option<String> {
+    let table = claims_table_oid()?;
+    let who: Option<Text> = Spi::get_one_with_args(
+        "SELECT pg_catalog.string_agg(pg_catalog.format('process %s (role %s, in a transaction since %s)', \
+                a.pid, a.usename, a.xact_start), ', ') \
+         FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid \
+         WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.relation OPERATOR(pg_catalog.=) $1 \
+           AND l.granted AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()",
+        &[table.into()],
+    )
+    .ok()
+    .flatten();
+    who.map(|t| t.0)
+}
+
+fn claims_table_oid() -> Option<pg_sys::Oid> {
+    Spi::get_one::<pg_sys::Oid>(&format!("SELECT c.oid {CLAIMS_TABLE}"))
+        .ok()
+        .flatten()
+}
+
+/// Where the extension's claims table is found: as a member of the
+/// extension, not by name in a search path.
+const CLAIMS_TABLE: &str = "FROM pg_catalog.pg_extension e \
+     JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+          AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+          AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid AND c.relname OPERATOR(pg_catalog.=) 'snowflake_claims' \
+     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+     WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id'";
 
 /// The extension's own claims table, schema-qualified and quoted: found as
 /// a member of the extension, not by name in a search path, so no table a
 /// user created elsewhere can stand in for it.
 fn claims_table() -> Option<String> {
-    let (schema, table) = Spi::get_two::<Text, Text>(
-        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text \
-         FROM pg_catalog.pg_extension e \
-         JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
-              AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
-              AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
-         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid AND c.relname OPERATOR(pg_catalog.=) 'snowflake_claims' \
-         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
-         WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id'",
-    )
+    let (schema, table) = Spi::get_two::<Text, Text>(&format!(
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text {CLAIMS_TABLE}"
+    ))
     .ok()?;
     Some(format!(
         "{}.{}",
@@ -905,6 +982,16 @@ fn snowflake_claims_guard<'a>(
         )
     };
     let worker = shmem::state().is_some_and(|st| st.claims.pid.load(Ordering::Relaxed) == me);
+    // Replication is trusted as the table's owner (the superuser who
+    // created the extension) applying it, as an apply worker does unless
+    // its subscription runs as its own owner: a role that may set
+    // session_replication_role, or own a subscription, is not enough.
+    // SAFETY: the relation the trigger fired on, open for the statement.
+    let owner = unsafe { (*(*trigger.trigger_data().tg_relation).rd_rel).relowner };
+    // SAFETY: catalog lookups of the current role and its memberships.
+    let trusted =
+        unsafe { pg_sys::superuser() || pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner) };
+    let replica = replica && trusted;
     if !(replica || worker) {
         errors::raise(
             Failure::new(

@@ -19,6 +19,11 @@ const PAUSE_LIMIT_MS: i64 = 60_000;
 /// How long the command waits for the worker to leave (Postgres then waits
 /// another 5 s for sessions to go, as it always does).
 const LEAVE_WAIT_MS: i64 = 5_000;
+/// After a command sent the worker away and then failed, none sends it
+/// away again for this long: an owner who runs a failing command in a loop
+/// cannot keep claims off for more than the worker's restart (5 s) in each
+/// such period.
+const AWAY_AT_MOST_EVERY_MS: i64 = 30_000;
 
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
@@ -87,13 +92,22 @@ fn may_act_on(name: &CStr) -> bool {
 }
 
 /// Asks the claims worker to leave and stay away; waits for it to go.
-fn send_away() {
-    let Some(st) = shmem::state() else { return };
+/// Returns whether it was asked.
+fn send_away() -> bool {
+    let Some(st) = shmem::state() else {
+        return false;
+    };
+    if !st
+        .claims
+        .may_send_away(crate::clock::now_ms(), AWAY_AT_MOST_EVERY_MS)
+    {
+        return false;
+    }
     st.claims
         .keep_out_until(crate::clock::now_ms() + PAUSE_LIMIT_MS);
     let pid = st.claims.worker_pid();
     if pid == 0 {
-        return;
+        return true;
     }
     // SAFETY: signals the claims worker, a child of the same postmaster,
     // which ends on SIGTERM (and the postmaster starts it again).
@@ -103,6 +117,7 @@ fn send_away() {
         crate::clock::sleep_on_latch(10);
         pgrx::check_for_interrupts!();
     }
+    true
 }
 
 /// Lets the claims worker connect again.
@@ -130,9 +145,7 @@ unsafe extern "C-unwind" fn process_utility(
     let away = target
         .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
         && target.is_some_and(may_act_on);
-    if away {
-        send_away();
-    }
+    let away = away && send_away();
     let run = || {
         // SAFETY: the next hook in line, or Postgres's own, with the
         // arguments it was called with.
@@ -163,5 +176,13 @@ unsafe extern "C-unwind" fn process_utility(
     if !away {
         return run();
     }
-    PgTryBuilder::new(run).finally(call_back).execute()
+    PgTryBuilder::new(run)
+        .catch_others(|e| {
+            if let Some(st) = shmem::state() {
+                st.claims.sent_away_in_vain(crate::clock::now_ms());
+            }
+            e.rethrow()
+        })
+        .finally(call_back)
+        .execute()
 }

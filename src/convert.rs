@@ -62,7 +62,7 @@ fn snowflake_convert(
         subscribers_widened,
     };
     let facts = || read_facts(tbl, col, &asked).or_raise();
-    let (first, first_sequence) = facts();
+    let (first, first_sequence, first_oids) = facts();
     let mut steps = convert::steps(&first).or_raise();
     if steps.is_empty() {
         return SetOfIterator::new(Vec::new());
@@ -70,36 +70,52 @@ fn snowflake_convert(
     // Before any lock: who may do what is known from the catalog alone.
     let mut roles = Roles::default();
     roles.check(&steps);
-    let locks = |f: &Facts, sequence| Locks {
+    // By OID: a name could be given to another table in between.
+    let locks = |f: &Facts, sequence, oids: &[(String, pg_sys::Oid)]| Locks {
         tables: convert::lock_order(f)
             .into_iter()
-            .map(String::from)
+            .filter_map(|t| oids.iter().find(|(name, _)| name == t).map(|(_, oid)| *oid))
             .collect(),
+        names: convert::lock_order(f).join(", "),
         sequence,
     };
-    let (facts, sequence) = if dry_run {
-        (first, first_sequence)
+    let (facts, sequence, oids) = if dry_run {
+        (first, first_sequence, first_oids)
     } else {
         // Locked before the check and the final reading, so no insert gets
         // in between: the plan is made again from what the lock holds.
-        lock_keeping_timeout(&locks(&first, first_sequence));
-        let (facts, sequence) = facts();
+        lock_keeping_timeout(&locks(&first, first_sequence, &first_oids));
+        let (facts, sequence, oids) = facts();
         steps = convert::steps(&facts).or_raise();
         if steps.is_empty() {
             return SetOfIterator::new(Vec::new());
         }
         roles.check(&steps);
-        (facts, sequence)
+        (facts, sequence, oids)
     };
     let owner = roles.oid(&facts.target.owner);
     let largest = as_role(Some(owner), || largest_key(&facts.target));
     let next = crate::generate::snowflake_nextval();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
-        lock_keeping_timeout(&locks(&facts, sequence));
+        lock_keeping_timeout(&locks(&facts, sequence, &oids));
         for s in &steps[1..] {
             let role = s.role.as_deref().map(|r| roles.oid(r));
             as_role(role, || run(&s.sql));
+        }
+        // The views made again call what they called (else the whole
+        // conversion is undone with the error).
+        for v in &facts.views {
+            let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
+                "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
+                &[Text(v.name.clone()).into()],
+            ));
+            if let Some(oid) = oid {
+                let now = spi(Spi::connect(|c| {
+                    Ok::<_, pgrx::spi::SpiError>(view_calls(c, oid))
+                }));
+                convert::check_calls(v, &now).or_raise();
+            }
         }
     }
     // Returned in the database's encoding, as every text it returns.
@@ -149,17 +165,21 @@ fn largest_key(target: &Column) -> Option<i64> {
     })
 }
 
-/// Runs `f` as `role` (or as the caller for `None`), in a
-/// security-restricted operation: no SET ROLE, no temporary objects, no
-/// cursors left open for the caller, as Postgres runs a table owner's
-/// code during maintenance. An error restores the caller's identity with
-/// the (sub)transaction it aborts.
+/// Runs `f` as `role` (or as the caller for `None`), the way Postgres runs
+/// a table owner's code during maintenance: in a security-restricted
+/// operation (no SET ROLE, no temporary objects, no cursor kept past the
+/// transaction), with its own level of settings in which the search path
+/// is pinned to pg_catalog, and every setting the owner's code changed
+/// (even with a plain SET) rolled back afterwards, so that none reaches
+/// the next step or the caller. An error restores the caller's identity and
+/// settings with the (sub)transaction it aborts.
 fn as_role<R>(role: Option<pg_sys::Oid>, f: impl FnOnce() -> R) -> R {
     let Some(role) = role else { return f() };
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: saves and switches this backend's current user and security
-    // context, as Postgres's own maintenance commands do.
-    unsafe {
+    // SAFETY: saves and switches this backend's current user, security
+    // context and settings level, as Postgres's own maintenance commands
+    // do; a search_path value Postgres validates itself.
+    let level = unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
             role,
@@ -167,10 +187,25 @@ fn as_role<R>(role: Option<pg_sys::Oid>, f: impl FnOnce() -> R) -> R {
                 | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
                 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
-    }
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
     let r = f();
-    // SAFETY: puts back what was saved above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    // SAFETY: puts back what was saved above, settings first.
+    unsafe {
+        pg_sys::AtEOXact_GUC(false, level);
+        pg_sys::SetUserIdAndSecContext(user, context);
+    }
     r
 }
 
@@ -245,7 +280,9 @@ fn run(statement: &str) {
 /// it alters, and the sequence it drops (with `drop_sequence`, or an
 /// identity's), whose users would otherwise keep the DROP waiting.
 struct Locks {
-    tables: Vec<String>,
+    tables: Vec<pg_sys::Oid>,
+    /// The tables, named, for messages.
+    names: String,
     sequence: Option<pg_sys::Oid>,
 }
 
@@ -283,7 +320,7 @@ fn lock(locks: &Locks) {
                         Class::LockNotAvailable,
                         format!("could not lock the tables to convert within lock_timeout ({budget_ms} ms)"),
                     )
-                    .detail(format!("Tables: {}.", locks.tables.join(", ")))
+                    .detail(format!("Tables: {}.", locks.names))
                     .hint("Run it again when fewer transactions hold these tables, or with a longer lock_timeout (0 waits until it gets them)."),
                 );
             }
@@ -318,7 +355,7 @@ fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
         let locked = PgTryBuilder::new(|| {
-            for t in &locks.tables {
+            for &t in &locks.tables {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
                     return false;
@@ -329,7 +366,14 @@ fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
                     "SET LOCAL lock_timeout = {}",
                     left.as_millis().max(1)
                 ));
-                run(&format!("LOCK TABLE {t} IN ACCESS EXCLUSIVE MODE"));
+                // The table, then (as LOCK TABLE does) its partitions and
+                // children, which no one can add while it is locked; each
+                // waits at most lock_timeout.
+                let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+                pg_sys::LockRelationOid(t, mode);
+                for child in descendants(t) {
+                    pg_sys::LockRelationOid(child, mode);
+                }
             }
             locks.sequence.is_none_or(|seq| {
                 pg_sys::ConditionalLockRelationOid(
@@ -347,6 +391,21 @@ fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
         end(locked);
         locked
     }
+}
+
+/// The partitions and children of `relid`, at every level.
+fn descendants(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    spi(Spi::connect(|c| {
+        c.select(
+            &format!("{} SELECT relid FROM tree WHERE relid <> $1", tree("$1")),
+            None,
+            &args([relid.into()]),
+        )
+        .map(|rows| {
+            rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten())
+                .collect()
+        })
+    }))
 }
 
 /// `lock` with the session's own lock_timeout in force again afterwards
@@ -381,11 +440,11 @@ struct Asked {
     subscribers_widened: bool,
 }
 
-fn read_facts(
-    tbl: pg_sys::Oid,
-    col: &str,
-    asked: &Asked,
-) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
+/// The facts, the sequence the plan drops, and each table's OID by the
+/// name the plan gives it (locks are taken by OID).
+type Read = (Facts, Option<pg_sys::Oid>, Vec<(String, pg_sys::Oid)>);
+
+fn read_facts(tbl: pg_sys::Oid, col: &str, asked: &Asked) -> Result<Read, Failure> {
     Spi::connect(|c| facts_with(c, tbl, col, asked))
 }
 
@@ -403,7 +462,7 @@ fn facts_with(
     tbl: pg_sys::Oid,
     col: &str,
     asked: &Asked,
-) -> Result<(Facts, Option<pg_sys::Oid>), Failure> {
+) -> Result<Read, Failure> {
     let drop_sequence = asked.drop_sequence;
     let rows = spi(c.select(
         "SELECT c.relkind::text, format('%I.%I', n.nspname, c.relname), a.attnum, quote_ident(a.attname), \
@@ -500,6 +559,7 @@ fn facts_with(
         leftover: leftover.map(|(l, _)| l),
         publications: Vec::new(),
         subscribers_widened: asked.subscribers_widened,
+        owned_apart: Vec::new(),
     };
     convert::check(&facts)?;
     let widened: Vec<&Found> = convert::widened(&facts)
@@ -508,7 +568,12 @@ fn facts_with(
         .collect();
     facts.views = views(c, &widened);
     facts.publications = publications(c, &widened);
-    Ok((facts, dropped))
+    facts.owned_apart = owned_apart(c, &widened);
+    let oids = found
+        .iter()
+        .map(|f| (f.column.table.clone(), f.relid))
+        .collect();
+    Ok((facts, dropped, oids))
 }
 
 /// A CTE `tree(relid)`: the relation the parameter `root` names, and its
@@ -632,6 +697,34 @@ fn sequence_facts(c: &SpiClient<'_>, seq: pg_sys::Oid, tbl: pg_sys::Oid, col: &s
         owner: text(row.get(2)).unwrap_or_default(),
         shared_with: sequence_users(c, seq, tbl, col),
     }
+}
+
+/// The partitions and children of the widened tables that another role
+/// owns, with their owner and the table's.
+fn owned_apart(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<(String, String, String, String)> {
+    let mut out = Vec::new();
+    for w in widened {
+        let rows = spi(c.select(
+            &format!(
+                "{} \
+                 SELECT format('%I.%I', n.nspname, r.relname), quote_ident(pg_get_userbyid(r.relowner)), \
+                        quote_ident(pg_get_userbyid(top.relowner)) \
+                 FROM tree t JOIN pg_class r ON r.oid = t.relid JOIN pg_namespace n ON n.oid = r.relnamespace \
+                 JOIN pg_class top ON top.oid = $1 WHERE r.relowner <> top.relowner ORDER BY 1",
+                tree("$1")
+            ),
+            None,
+            &args([w.relid.into()]),
+        ));
+        for r in rows {
+            if let (Some(child), Some(owner), Some(top)) =
+                (text(r.get(1)), text(r.get(2)), text(r.get(3)))
+            {
+                out.push((child, owner, w.column.table.clone(), top));
+            }
+        }
+    }
+    out
 }
 
 /// The publications that hold the tables whose columns widen, their
@@ -808,6 +901,23 @@ const GRANTEE: &str =
     "CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END";
 const GRANTOR: &str = "quote_ident(pg_get_userbyid(x.grantor))";
 
+/// The functions and operators outside pg_catalog the view `oid` calls.
+fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
+    strings(
+        c,
+        "SELECT DISTINCT CASE d.refclassid WHEN 'pg_proc'::regclass THEN d.refobjid::regprocedure::text \
+                                      ELSE d.refobjid::regoperator::text END \
+         FROM pg_rewrite w JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid \
+         WHERE w.ev_class = $1 AND ( \
+               (d.refclassid = 'pg_proc'::regclass \
+                AND (SELECT pronamespace FROM pg_proc WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace) \
+            OR (d.refclassid = 'pg_operator'::regclass \
+                AND (SELECT oprnamespace FROM pg_operator WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace)) \
+         ORDER BY 1",
+        oid,
+    )
+}
+
 /// What it takes to make the view again as it was.
 fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
     let row = spi(c.select(
@@ -870,6 +980,7 @@ fn view(c: &SpiClient<'_>, oid: pg_sys::Oid) -> View {
         .collect(),
         depends_on: Vec::new(),
         temporary_of: text(row.get(7)),
+        calls: view_calls(c, oid),
         attached: strings(
             c,
             "SELECT 'trigger ' || quote_ident(tgname) FROM pg_trigger WHERE tgrelid = $1 \

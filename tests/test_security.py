@@ -250,3 +250,136 @@ def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
         assert srv.one("SHOW default_transaction_read_only", dbname="claims") == "on"
         claims_kept(srv, "claims")
         assert problem(srv) is None
+
+
+def test_settings_a_table_owners_code_changes_reach_neither_later_steps_nor_the_caller():
+    """A CHECK that sets search_path (even with a plain SET, which outlives
+    a function's own SET clause) to a schema with a planted operator: the
+    view another role owns is made again calling the built-in, and the
+    converting superuser's session keeps its own settings."""
+    with servers() as made:
+        srv = Server("sec_guc")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE ROLE mallory LOGIN; CREATE ROLE alice LOGIN")
+        srv.sql("CREATE EXTENSION snowflake_id")
+        srv.sql("CREATE SCHEMA m AUTHORIZATION mallory; CREATE SCHEMA a AUTHORIZATION alice")
+        srv.sql("GRANT USAGE ON SCHEMA m TO PUBLIC")
+        srv.sql(traps("mallory").replace("public.", "m."), user="mallory")
+        srv.sql("""
+            CREATE FUNCTION m.chk(bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_catalog.set_config('search_path', 'm, pg_catalog', false);
+                PERFORM pg_catalog.set_config('standard_conforming_strings', 'off', false);
+                RETURN true;
+            END $$;
+            CREATE FUNCTION m.trap_int_eq(integer, integer) RETURNS boolean LANGUAGE plpgsql AS $$
+                BEGIN PERFORM m.trap('=(integer, integer)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+            CREATE OPERATOR m.= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = m.trap_int_eq);
+            CREATE FUNCTION m.trap_big_eq(bigint, integer) RETURNS boolean LANGUAGE plpgsql AS $$
+                BEGIN PERFORM m.trap('=(bigint, integer)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+            CREATE OPERATOR m.= (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = m.trap_big_eq);
+            CREATE TABLE m.orders (id serial PRIMARY KEY CHECK (m.chk(id::bigint)));
+            INSERT INTO m.orders DEFAULT VALUES;
+            GRANT SELECT ON m.orders TO alice;
+        """, user="mallory")
+        srv.sql("CREATE VIEW a.first AS SELECT id FROM m.orders WHERE id = 1", user="alice")
+        srv.sql("DELETE FROM m.trap_log", user="mallory")
+        after = srv.sql("SELECT snowflake_convert('m.orders'); SHOW search_path")
+        assert after == [("\"$user\", public",)], after
+        with contextlib.closing(srv.connect()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM snowflake_convert('m.orders')")
+            cur.execute("SHOW standard_conforming_strings")
+            assert cur.fetchone() == ("on",)
+        # The view calls the built-in = as before, nothing of m's.
+        assert srv.sql("""SELECT d.refobjid::regoperator::text FROM pg_rewrite w JOIN pg_depend d ON d.objid = w.oid
+                          WHERE w.ev_class = 'a.first'::regclass AND d.refclassid = 'pg_operator'::regclass
+                            AND (SELECT oprnamespace FROM pg_operator WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace""") == []
+        srv.sql("SELECT * FROM a.first")
+        assert srv.sql("SELECT * FROM m.trap_log") == []
+        assert not superuser(srv, "mallory")
+
+
+def test_a_view_made_again_that_would_call_a_planted_overload_is_refused():
+    with servers() as made:
+        srv = Server("sec_overload")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE EXTENSION snowflake_id")
+        srv.sql("""CREATE FUNCTION public.label(integer) RETURNS text LANGUAGE sql AS 'SELECT $1::text';
+            CREATE TABLE t (id serial PRIMARY KEY); CREATE VIEW v AS SELECT id, public.label(id) FROM t;
+            CREATE FUNCTION public.label(bigint) RETURNS text LANGUAGE sql AS 'SELECT ''planted''';""")
+        code, message, hint = srv.error("SELECT snowflake_convert('t')")
+        assert code == "0A000" and "would call public.label(bigint)" in message, (code, message)
+        assert "create the view again" in hint, hint
+        assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                       "WHERE attrelid = 't'::regclass AND attname = 'id'") == "integer"
+
+
+def test_a_partition_owned_by_another_role_is_refused():
+    with servers() as made:
+        srv = Server("sec_partition")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE EXTENSION snowflake_id; CREATE ROLE bob LOGIN; CREATE ROLE eve LOGIN; GRANT eve TO bob")
+        srv.sql("GRANT CREATE ON SCHEMA public TO bob, eve")
+        srv.sql("CREATE TABLE items (id serial PRIMARY KEY) PARTITION BY HASH (id)", user="bob")
+        srv.sql("CREATE TABLE items_0 PARTITION OF items FOR VALUES WITH (MODULUS 1, REMAINDER 0)", user="bob")
+        srv.sql("ALTER TABLE items_0 OWNER TO eve", user="bob")
+        code, message, hint = srv.error("SELECT snowflake_convert('items')")
+        assert code == "42501" and "public.items_0 is owned by role eve, not by bob" in message, (code, message)
+        assert "ALTER TABLE public.items_0 OWNER TO bob" in hint, hint
+
+
+def test_only_the_tables_owner_applies_replicated_claims():
+    """session_replication_role can be granted (PostgreSQL 15+), and a
+    subscription can run as its own non-superuser owner (16+): neither may
+    write claims."""
+    with servers() as made:
+        srv = claims_server(made, "sec_replica", db="postgres")
+        srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data")
+        srv.sql("GRANT SET ON PARAMETER session_replication_role TO writer")
+        claims_kept(srv, "postgres")
+        code, message, _ = srv.error("SET session_replication_role = replica; "
+                                     "INSERT INTO snowflake_claims VALUES (1, 42, 1, 7, 'forged', now(), now())",
+                                     user="writer")
+        assert code == "42501", (code, message)
+        assert srv.one("SELECT count(*) FROM snowflake_claims") == 1
+
+
+def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fatal():
+    with servers() as made:
+        srv = claims_server(made, "sec_identity")
+        srv.sql("CREATE ROLE mallory LOGIN CREATEDB")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        srv.sql("CREATE EXTENSION snowflake_id", dbname="claims")
+        claims_kept(srv, "claims")
+        for setting in ("role = 'pg_monitor'", "session_authorization = 'mallory'", "exit_on_error = on"):
+            srv.sql(f"ALTER DATABASE claims SET {setting}", user="mallory")
+        srv.restart()
+        restarted = srv.one("SELECT now()")
+        claims_kept(srv, "claims")
+        assert own_claim_seen(srv, "claims") > restarted
+        assert problem(srv) is None, problem(srv)
+        # Made a template, it is left alone (and looked at again).
+        srv.sql("ALTER DATABASE claims IS_TEMPLATE true", user="mallory")
+        srv.wait_for("SELECT problem LIKE '%names the template database \"claims\"%' FROM snowflake_status")
+        srv.sql("CREATE DATABASE copy TEMPLATE claims", user="mallory")
+        srv.sql("ALTER DATABASE claims IS_TEMPLATE false", user="mallory")
+        claims_kept(srv, "claims")
+        srv.wait_for("SELECT problem IS NULL FROM snowflake_status", timeout=30)
+
+
+def test_whoever_holds_the_claims_table_locked_is_named():
+    with servers() as made:
+        srv = claims_server(made, "sec_lock", db="postgres")
+        srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data")
+        claims_kept(srv, "postgres")
+        holder = srv.connect(user="writer", autocommit=False)
+        holder.cursor().execute("LOCK TABLE snowflake_claims IN ACCESS EXCLUSIVE MODE")
+        try:
+            srv.wait_for("SELECT problem LIKE '%the table is held by process % (role writer%' FROM snowflake_status")
+        finally:
+            holder.rollback()
+            holder.close()
+        srv.wait_for("SELECT problem IS NULL FROM snowflake_status")

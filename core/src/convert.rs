@@ -131,6 +131,10 @@ pub struct View {
     /// For a temporary view, whose it is ("this session", "another
     /// session"): a temporary view cannot be made again by a conversion.
     pub temporary_of: Option<String>,
+    /// The functions and operators outside pg_catalog it calls
+    /// (`regprocedure` / `regoperator` text): made again from its text with
+    /// a wider column, it must call no other.
+    pub calls: Vec<String>,
     /// Roles that the owner's default privileges would grant the view
     /// when it is made again: taken back.
     pub default_grantees: Vec<String>,
@@ -166,6 +170,10 @@ pub struct Facts {
     pub publications: Vec<(String, String)>,
     /// The caller says every subscriber's copy is widened already.
     pub subscribers_widened: bool,
+    /// Partitions and children of a widened table owned by another role
+    /// than the table, as (child, its owner, table, table's owner): the
+    /// rewrite would run their constraints as the table's owner.
+    pub owned_apart: Vec<(String, String, String, String)>,
 }
 
 /// A sequence left owned by the column after it was converted.
@@ -359,6 +367,14 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
         .filter(|_| f.drop_sequence && !new_default);
     if widened.is_empty() && !new_default && leftover.is_none() {
         return Ok(Vec::new());
+    }
+    if let Some((child, child_owner, table, owner)) = f.owned_apart.first() {
+        return Err(Failure::new(
+            Class::Privilege,
+            format!("{child} is owned by role {child_owner}, not by {owner}, the owner of {table}"),
+        )
+        .detail(format!("Widening {table} rewrites {child} too, as {owner}: its constraints would run with {owner}'s rights."))
+        .hint(format!("Give it to the table's owner first (ALTER TABLE {child} OWNER TO {owner}), then run it again.")));
     }
     if let (Some((table, publication)), false) = (f.publications.first(), f.subscribers_widened) {
         return Err(Failure::new(
@@ -633,6 +649,26 @@ fn grant(v: &View, grants: &[Grant], sql: &mut Vec<Step>) {
     }
 }
 
+/// A view made again must call the functions and operators it called:
+/// its text is parsed again with a wider column, and another overload
+/// (`f(bigint)` where it called `f(integer)`), perhaps one a stranger
+/// created, would otherwise be called by everyone who reads the view.
+pub fn check_calls(v: &View, now: &[String]) -> Result<(), Failure> {
+    match now.iter().find(|c| !v.calls.contains(c)) {
+        None => Ok(()),
+        Some(c) => Err(Failure::new(
+            Class::NotSupported,
+            format!("view {}, made again with the wider column, would call {c}, which it did not call before", v.name),
+        )
+        .detail(if v.calls.is_empty() {
+            "Before, it called no function or operator outside pg_catalog.".to_string()
+        } else {
+            format!("Before, it called {}.", v.calls.join(", "))
+        })
+        .hint("Drop the view, run snowflake_convert, and create the view again calling what you mean.")),
+    }
+}
+
 /// New IDs must sort after every key already there: a key's order is its
 /// age in snowflake tables, and an index scan for "the latest" must find
 /// new rows last. `next` is an ID just issued on this server, so every
@@ -686,6 +722,7 @@ mod tests {
             leftover: None,
             publications: vec![],
             subscribers_widened: false,
+            owned_apart: vec![],
         }
     }
 
@@ -1203,6 +1240,39 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.hint.unwrap().starts_with("DROP VIEW pg_temp_3.recent;"));
+    }
+
+    #[test]
+    fn a_view_made_again_calls_nothing_it_did_not_call_before() {
+        let v = View {
+            calls: vec!["public.label(integer)".into()],
+            ..view("public.v", &[])
+        };
+        assert!(check_calls(&v, &["public.label(integer)".into()]).is_ok());
+        assert!(check_calls(&v, &[]).is_ok());
+        let e = check_calls(&v, &["public.label(bigint)".into()]).unwrap_err();
+        assert_eq!(e.class, Class::NotSupported);
+        assert!(e.message.contains("would call public.label(bigint)"), "{e}");
+        assert!(e.detail.unwrap().contains("public.label(integer)"));
+    }
+
+    #[test]
+    fn a_partition_owned_by_another_role_is_refused() {
+        let f = Facts {
+            owned_apart: vec![(
+                "public.events_1".into(),
+                "eve".into(),
+                "public.events".into(),
+                "app".into(),
+            )],
+            ..serial()
+        };
+        let e = plan(&f).unwrap_err();
+        assert_eq!(e.class, Class::Privilege);
+        assert!(e
+            .hint
+            .unwrap()
+            .contains("ALTER TABLE public.events_1 OWNER TO app"));
     }
 
     #[test]
