@@ -7,22 +7,6 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:86
-
--- The parts of an ID under this server's layout. STABLE: the layout is fixed
--- while the server runs, but a restart with other settings changes it.
-CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record STABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
-
--- The parts of an ID under a named layout (or a custom one that names its
--- epoch). IMMUTABLE: a named layout never changes.
-CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/status.rs:156
 -- What this server's generator is doing. VOLATILE: every call reads live
 -- counters. Who may call it is set in privileges.sql.
@@ -61,6 +45,22 @@ RETURNS record VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
 
 CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/decode.rs:86
+
+-- The parts of an ID under this server's layout. STABLE: the layout is fixed
+-- while the server runs, but a restart with other settings changes it.
+CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record STABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
+
+-- The parts of an ID under a named layout (or a custom one that names its
+-- epoch). IMMUTABLE: a named layout never changes.
+CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -233,7 +233,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:973
+-- src/claims.rs:1004
 -- snowflake_id::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
 	RETURNS TRIGGER
@@ -242,7 +242,7 @@ CREATE FUNCTION "snowflake_claims_guard"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:1052
+-- src/claims.rs:1109
 -- requires:
 --   snowflake_claims_guard
 
@@ -272,9 +272,11 @@ CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowf
     FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
 CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
     FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
--- Fires for the rows replication applies as well, so that a claim arriving
--- again replaces the copy held here.
+-- Both fire for what replication applies as well: a claim arriving again
+-- replaces the copy held here, and a role that may only set
+-- session_replication_role writes nothing.
 ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
 -- Called by its triggers alone (which need no EXECUTE).
 REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */

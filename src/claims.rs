@@ -28,7 +28,7 @@ use snowflake_id_core::claims::{
 };
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
-use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How often the server log is reminded of a collision that persists.
@@ -128,11 +128,14 @@ pub struct Shared {
     trouble: SharedText,
     /// The first row of the table that could not be judged, if any.
     skipped: SharedText,
-    /// Until when (Unix ms) the worker stays out of its database: a
-    /// command that needs it free is under way (see `claims_db`).
-    paused_until_ms: AtomicI64,
-    /// When a command last sent the worker away and then failed.
-    sent_away_in_vain_ms: AtomicI64,
+    /// Commands under way that need the worker out of its database (see
+    /// `claims_db`), and until when (Unix ms) at the latest.
+    away_commands: AtomicU32,
+    away_until_ms: AtomicI64,
+    /// When a command last sent the worker away.
+    last_away_ms: AtomicI64,
+    /// Until when the worker stays out of a database it found a template.
+    template_until_ms: AtomicI64,
 }
 
 impl Shared {
@@ -144,8 +147,10 @@ impl Shared {
             finding: SharedText::new(),
             trouble: SharedText::new(),
             skipped: SharedText::new(),
-            paused_until_ms: AtomicI64::new(0),
-            sent_away_in_vain_ms: AtomicI64::new(0),
+            away_commands: AtomicU32::new(0),
+            away_until_ms: AtomicI64::new(0),
+            last_away_ms: AtomicI64::new(0),
+            template_until_ms: AtomicI64::new(0),
         }
     }
 
@@ -154,25 +159,31 @@ impl Shared {
         self.pid.load(Ordering::SeqCst)
     }
 
-    /// Keeps the worker out of its database until `until_ms` (Unix ms),
-    /// or, with 0, no longer.
-    pub fn keep_out_until(&self, until_ms: i64) {
-        self.paused_until_ms.store(until_ms, Ordering::SeqCst);
+    /// Holds the worker out of its database for one more command, until
+    /// `release_away` or `until_ms` (Unix ms) at the latest; for a role
+    /// other than a superuser, only if none did so in the last `every_ms`.
+    pub fn hold_away(&self, now_ms: i64, until_ms: i64, superuser: bool, every_ms: i64) -> bool {
+        let last = self.last_away_ms.load(Ordering::SeqCst);
+        if !superuser && now_ms - last < every_ms {
+            return false;
+        }
+        self.last_away_ms.store(now_ms, Ordering::SeqCst);
+        self.away_until_ms.fetch_max(until_ms, Ordering::SeqCst);
+        self.away_commands.fetch_add(1, Ordering::SeqCst);
+        true
     }
 
-    /// Whether the worker may be sent away now: not within `every_ms` of
-    /// a command that sent it away and then failed.
-    pub fn may_send_away(&self, now_ms: i64, every_ms: i64) -> bool {
-        now_ms - self.sent_away_in_vain_ms.load(Ordering::SeqCst) >= every_ms
-    }
-
-    /// Notes that a command sent the worker away and then failed.
-    pub fn sent_away_in_vain(&self, now_ms: i64) {
-        self.sent_away_in_vain_ms.store(now_ms, Ordering::SeqCst);
+    /// Ends one command's hold.
+    pub fn release_away(&self) {
+        let _ = self
+            .away_commands
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     fn kept_out(&self, now_ms: i64) -> bool {
-        self.paused_until_ms.load(Ordering::SeqCst) > now_ms
+        self.away_commands.load(Ordering::SeqCst) > 0
+            && self.away_until_ms.load(Ordering::SeqCst) > now_ms
+            || self.template_until_ms.load(Ordering::SeqCst) > now_ms
     }
 
     /// Whether generation is refused because of a claim. Sequentially
@@ -201,15 +212,16 @@ pub fn refusal(st: &State) -> Option<Failure> {
 pub fn warning(st: &State) -> Option<String> {
     settings::claims_database()?;
     let text = |t: &SharedText| t.failure().map(|f| f.message);
-    // Trouble first: while claims cannot be read, a finding is dated.
+    // Trouble first: while claims cannot be read, a finding is dated; so
+    // it is while the worker is down.
     text(&st.claims.trouble)
+        .or_else(|| {
+            (st.claims.pid.load(Ordering::SeqCst) == 0).then(|| {
+                "the claims worker (snowflake_id claims) is not running: this server's worker-id claim is not refreshed".to_string()
+            })
+        })
         .or_else(|| text(&st.claims.finding))
         .or_else(|| text(&st.claims.skipped))
-        .or_else(|| {
-        (st.claims.pid.load(Ordering::Relaxed) == 0).then(|| {
-            "the claims worker (snowflake_id claims) is not running: this server's worker-id claim is not refreshed".to_string()
-        })
-    })
 }
 
 /// Registers the claims worker when a claims database is set. It starts
@@ -248,7 +260,7 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     unsafe { pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(0)) };
     st.claims
         .pid
-        .store(unsafe { pg_sys::MyProcPid }, Ordering::Relaxed);
+        .store(unsafe { pg_sys::MyProcPid }, Ordering::SeqCst);
     // Stays if the connection fails (FATAL ends this process; the
     // postmaster starts it again in 5 s), so the status says why.
     st.claims.trouble.set(
@@ -498,6 +510,11 @@ impl Keeper {
             }
             return;
         };
+        // Whole, or not at all: a text cut by the shared space is unreadable.
+        let f = Failure {
+            message: cut(&f.message, 1_200),
+            ..f
+        };
         st.claims.trouble.set(&f.to_text());
         let now = now_ms();
         let due = now - self.trouble_logged_at >= REMIND_EVERY_MS;
@@ -557,6 +574,18 @@ impl Keeper {
         }
         self.logged = (!key.is_empty()).then_some((key, now));
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary, marked.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// Who a finding is about, and what it decided.
@@ -622,7 +651,9 @@ fn raise_template(db: &str) -> ! {
 fn leave_template(st: &State, f: Failure) -> ! {
     st.claims.trouble.set(&f.to_text());
     errors::log(f, PgLogLevel::WARNING);
-    st.claims.keep_out_until(now_ms() + TEMPLATE_RECHECK_MS);
+    st.claims
+        .template_until_ms
+        .store(now_ms() + TEMPLATE_RECHECK_MS, Ordering::SeqCst);
     // SAFETY: status 1: the postmaster starts it again, and it waits first.
     unsafe { pg_sys::proc_exit(1) };
     unreachable!("proc_exit returns not")
@@ -991,8 +1022,17 @@ fn snowflake_claims_guard<'a>(
     // SAFETY: catalog lookups of the current role and its memberships.
     let trusted =
         unsafe { pg_sys::superuser() || pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner) };
-    let replica = replica && trusted;
-    if !(replica || worker) {
+    let op = trigger.op().unwrap_or(PgTriggerOperation::Truncate);
+    // SAFETY: a plain read of this process's kind.
+    let applying = unsafe { pg_sys::MyBackendType } == pg_sys::BackendType::B_BG_WORKER;
+    if replica && !trusted && applying && !worker && !matches!(op, PgTriggerOperation::Truncate) {
+        // A row replication applies is skipped, not refused: an error would
+        // stop the whole subscription, and the application's rows that
+        // travel with the claims.
+        skipped_untrusted();
+        return Ok(None);
+    }
+    if !((replica && trusted) || worker) {
         errors::raise(
             Failure::new(
                 Class::Privilege,
@@ -1002,7 +1042,6 @@ fn snowflake_claims_guard<'a>(
             .hint("To remove the claims of a server gone for good, a superuser runs SET session_replication_role = replica; DELETE FROM snowflake_claims WHERE ...; RESET session_replication_role;"),
         );
     }
-    let op = trigger.op().unwrap_or(PgTriggerOperation::Truncate);
     match op {
         PgTriggerOperation::Insert => {
             let new = trigger.new();
@@ -1014,6 +1053,23 @@ fn snowflake_claims_guard<'a>(
         PgTriggerOperation::Update => Ok(trigger.new()),
         PgTriggerOperation::Delete => Ok(trigger.old()),
         PgTriggerOperation::Truncate => Ok(None),
+    }
+}
+
+/// Tells the log, once per process, that replicated claims are skipped
+/// because they are not applied as the table's owner.
+fn skipped_untrusted() {
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    if !TOLD.swap(true, Ordering::Relaxed) {
+        errors::log(
+            Failure::new(
+                Class::Warning,
+                "snowflake_id: claims arriving by this replication are skipped: they are not applied as the owner of snowflake_claims",
+            )
+            .detail("A subscription that runs as a role other than the table's owner (run_as_owner, or an owner without a superuser's rights) could forge claims.")
+            .hint("Let a superuser own the subscription, without run_as_owner, to receive claims by it."),
+            PgLogLevel::WARNING,
+        );
     }
 }
 

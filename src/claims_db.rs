@@ -19,11 +19,8 @@ const PAUSE_LIMIT_MS: i64 = 60_000;
 /// How long the command waits for the worker to leave (Postgres then waits
 /// another 5 s for sessions to go, as it always does).
 const LEAVE_WAIT_MS: i64 = 5_000;
-/// After a command sent the worker away and then failed, none sends it
-/// away again for this long: an owner who runs a failing command in a loop
-/// cannot keep claims off for more than the worker's restart (5 s) in each
-/// such period.
-const AWAY_AT_MOST_EVERY_MS: i64 = 30_000;
+/// How often a role other than a superuser may send the worker away.
+const AWAY_AT_MOST_EVERY_MS: i64 = 10_000;
 
 static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
@@ -63,7 +60,10 @@ unsafe fn needs_free(stmt: *mut pg_sys::Node) -> Option<&'static CStr> {
             }
             pg_sys::NodeTag::T_CreatedbStmt => {
                 let c = stmt.cast::<pg_sys::CreatedbStmt>();
-                option((*c).options, c"template").map(|d| CStr::from_ptr(pg_sys::defGetString(d)))
+                // TEMPLATE DEFAULT has no argument: the default template.
+                option((*c).options, c"template")
+                    .filter(|d| !(**d).arg.is_null())
+                    .map(|d| CStr::from_ptr(pg_sys::defGetString(d)))
             }
             pg_sys::NodeTag::T_AlterDatabaseStmt => {
                 let a = stmt.cast::<pg_sys::AlterDatabaseStmt>();
@@ -91,20 +91,24 @@ fn may_act_on(name: &CStr) -> bool {
     })
 }
 
-/// Asks the claims worker to leave and stay away; waits for it to go.
-/// Returns whether it was asked.
+/// Asks the claims worker to leave and stay away until `call_back`; waits
+/// (up to 5 s) for it to go. Returns whether it was asked: for a role other
+/// than a superuser, at most once in 10 s, so that no loop of commands,
+/// failing or not, keeps claims off for more than the worker's restart (5 s)
+/// in each 10. Raises nothing: interrupts wait until the command runs.
 fn send_away() -> bool {
     let Some(st) = shmem::state() else {
         return false;
     };
+    let now = crate::clock::now_ms();
+    // SAFETY: a catalog lookup of the session's role.
+    let superuser = unsafe { pg_sys::superuser() };
     if !st
         .claims
-        .may_send_away(crate::clock::now_ms(), AWAY_AT_MOST_EVERY_MS)
+        .hold_away(now, now + PAUSE_LIMIT_MS, superuser, AWAY_AT_MOST_EVERY_MS)
     {
         return false;
     }
-    st.claims
-        .keep_out_until(crate::clock::now_ms() + PAUSE_LIMIT_MS);
     let pid = st.claims.worker_pid();
     if pid == 0 {
         return true;
@@ -112,18 +116,17 @@ fn send_away() -> bool {
     // SAFETY: signals the claims worker, a child of the same postmaster,
     // which ends on SIGTERM (and the postmaster starts it again).
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let deadline = crate::clock::now_ms() + LEAVE_WAIT_MS;
+    let deadline = now + LEAVE_WAIT_MS;
     while st.claims.worker_pid() == pid && crate::clock::now_ms() < deadline {
         crate::clock::sleep_on_latch(10);
-        pgrx::check_for_interrupts!();
     }
     true
 }
 
-/// Lets the claims worker connect again.
+/// Lets the claims worker connect again, once no other command holds it away.
 fn call_back() {
     if let Some(st) = shmem::state() {
-        st.claims.keep_out_until(0);
+        st.claims.release_away();
     }
 }
 
@@ -144,8 +147,8 @@ unsafe extern "C-unwind" fn process_utility(
     let claims_db = settings::claims_database();
     let away = target
         .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
-        && target.is_some_and(may_act_on);
-    let away = away && send_away();
+        && target.is_some_and(may_act_on)
+        && send_away();
     let run = || {
         // SAFETY: the next hook in line, or Postgres's own, with the
         // arguments it was called with.
@@ -176,13 +179,5 @@ unsafe extern "C-unwind" fn process_utility(
     if !away {
         return run();
     }
-    PgTryBuilder::new(run)
-        .catch_others(|e| {
-            if let Some(st) = shmem::state() {
-                st.claims.sent_away_in_vain(crate::clock::now_ms());
-            }
-            e.rethrow()
-        })
-        .finally(call_back)
-        .execute()
+    PgTryBuilder::new(run).finally(call_back).execute()
 }

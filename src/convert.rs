@@ -99,12 +99,29 @@ fn snowflake_convert(
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
         lock_keeping_timeout(&locks(&facts, sequence, &oids));
+        let rebuilt = |oids: &[(String, pg_sys::Oid)]| {
+            spi(Spi::connect(|c| {
+                Ok::<_, pgrx::spi::SpiError>(
+                    oids.iter()
+                        .flat_map(|(_, relid)| rebuilt_calls(c, *relid))
+                        .collect::<Vec<_>>(),
+                )
+            }))
+        };
+        let before = rebuilt(&oids);
         for s in &steps[1..] {
             let role = s.role.as_deref().map(|r| roles.oid(r));
             as_role(role, || run(&s.sql));
         }
-        // The views made again call what they called (else the whole
-        // conversion is undone with the error).
+        // What was made again from text calls what it called (else the
+        // whole conversion is undone with the error).
+        for (what, now) in rebuilt(&oids) {
+            let was = before
+                .iter()
+                .find(|(w, _)| *w == what)
+                .map(|(_, c)| c.as_slice());
+            convert::check_calls(&what, was.unwrap_or_default(), &now).or_raise();
+        }
         for v in &facts.views {
             let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
                 "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
@@ -114,7 +131,7 @@ fn snowflake_convert(
                 let now = spi(Spi::connect(|c| {
                     Ok::<_, pgrx::spi::SpiError>(view_calls(c, oid))
                 }));
-                convert::check_calls(v, &now).or_raise();
+                convert::check_calls(&format!("view {}", v.name), &v.calls, &now).or_raise();
             }
         }
     }
@@ -256,9 +273,10 @@ impl Roles {
 }
 
 fn current_role() -> String {
-    spi(Spi::get_one::<String>(
+    spi(Spi::get_one::<Text>(
         "SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text)",
     ))
+    .map(|t| t.0)
     .unwrap_or_default()
 }
 
@@ -367,11 +385,19 @@ fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
                     left.as_millis().max(1)
                 ));
                 // The table, then (as LOCK TABLE does) its partitions and
-                // children, which no one can add while it is locked; each
-                // waits at most lock_timeout.
+                // children, which no one can add while it is locked; all
+                // within what is left of the attempt.
                 let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
                 pg_sys::LockRelationOid(t, mode);
                 for child in descendants(t) {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    run(&format!(
+                        "SET LOCAL lock_timeout = {}",
+                        left.as_millis().max(1)
+                    ));
                     pg_sys::LockRelationOid(child, mode);
                 }
             }
@@ -901,21 +927,66 @@ const GRANTEE: &str =
     "CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(x.grantee)) END";
 const GRANTOR: &str = "quote_ident(pg_get_userbyid(x.grantor))";
 
-/// The functions and operators outside pg_catalog the view `oid` calls.
-fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
-    strings(
-        c,
-        "SELECT DISTINCT CASE d.refclassid WHEN 'pg_proc'::regclass THEN d.refobjid::regprocedure::text \
-                                      ELSE d.refobjid::regoperator::text END \
-         FROM pg_rewrite w JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = w.oid \
-         WHERE w.ev_class = $1 AND ( \
+/// An SQL expression: the functions and operators outside pg_catalog the
+/// catalog object (`class`, `objid`) depends on, one per line.
+fn calls_sql(class: &str, objid: &str) -> String {
+    format!(
+        "(SELECT string_agg(DISTINCT CASE d.refclassid WHEN 'pg_proc'::regclass THEN d.refobjid::regprocedure::text \
+                                      ELSE d.refobjid::regoperator::text END, E'\\n') \
+          FROM pg_depend d WHERE d.classid = {class} AND d.objid = {objid} AND ( \
                (d.refclassid = 'pg_proc'::regclass \
                 AND (SELECT pronamespace FROM pg_proc WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace) \
             OR (d.refclassid = 'pg_operator'::regclass \
-                AND (SELECT oprnamespace FROM pg_operator WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace)) \
-         ORDER BY 1",
-        oid,
+                AND (SELECT oprnamespace FROM pg_operator WHERE oid = d.refobjid) <> 'pg_catalog'::regnamespace)))"
     )
+}
+
+fn lines(text: Option<String>) -> Vec<String> {
+    let mut v: Vec<String> = text.unwrap_or_default().lines().map(String::from).collect();
+    v.sort();
+    v
+}
+
+/// The functions and operators outside pg_catalog the view `oid` calls.
+fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
+    let rows = spi(c.select(
+        &format!(
+            "SELECT {} FROM pg_rewrite w WHERE w.ev_class = $1",
+            calls_sql("'pg_rewrite'::regclass", "w.oid")
+        ),
+        None,
+        &args([oid.into()]),
+    ));
+    rows.flat_map(|r| lines(text(r.get(1)))).collect()
+}
+
+/// What PostgreSQL makes again from its text when the columns of `relid`
+/// (and of its partitions and children) change type: CHECK and exclusion
+/// constraints, indexes, statistics objects; each named, with the
+/// functions and operators outside pg_catalog it calls.
+fn rebuilt_calls(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Vec<(String, Vec<String>)> {
+    let rows = spi(c.select(
+        &format!(
+            "{} \
+             SELECT 'constraint ' || quote_ident(k.conname) || ' on ' || k.conrelid::regclass::text, {} \
+             FROM pg_constraint k WHERE k.conrelid IN (SELECT relid FROM tree) \
+             UNION ALL \
+             SELECT 'index ' || i.indexrelid::regclass::text, {} \
+             FROM pg_index i WHERE i.indrelid IN (SELECT relid FROM tree) \
+             UNION ALL \
+             SELECT 'statistics ' || format('%I.%I', n.nspname, x.stxname), {} \
+             FROM pg_statistic_ext x JOIN pg_namespace n ON n.oid = x.stxnamespace \
+             WHERE x.stxrelid IN (SELECT relid FROM tree)",
+            tree("$1"),
+            calls_sql("'pg_constraint'::regclass", "k.oid"),
+            calls_sql("'pg_class'::regclass", "i.indexrelid"),
+            calls_sql("'pg_statistic_ext'::regclass", "x.oid"),
+        ),
+        None,
+        &args([relid.into()]),
+    ));
+    rows.filter_map(|r| Some((text(r.get(1))?, lines(text(r.get(2))))))
+        .collect()
 }
 
 /// What it takes to make the view again as it was.

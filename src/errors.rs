@@ -24,7 +24,6 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::NotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
         Class::DependentObjects => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
         Class::LockNotAvailable => ERRCODE_LOCK_NOT_AVAILABLE,
-        Class::CharacterNotInRepertoire => ERRCODE_CHARACTER_NOT_IN_REPERTOIRE,
         Class::Warning => ERRCODE_WARNING,
     }
 }

@@ -26,19 +26,28 @@ fn sql_ascii() -> i32 {
     pg_sys::pg_enc::PG_SQL_ASCII as i32
 }
 
-/// Bytes of the database's encoding, as UTF-8. Fails (SQLSTATE 22021) only
-/// in a SQL_ASCII database, whose bytes have no declared encoding, when
-/// they are not UTF-8 either.
+/// Where a SQL_ASCII database's bytes that are no UTF-8 go: one private-use
+/// character each (U+F780 to U+F7FF for 0x80 to 0xFF), so
+/// that such text comes back to the database byte for byte.
+const RAW_BYTES: u32 = 0xF700;
+
+/// Bytes of the database's encoding, as UTF-8. In a SQL_ASCII database,
+/// whose bytes have no declared encoding, UTF-8 is taken as it is and any
+/// other byte kept as a private-use character that `to_server` turns back
+/// into it: a name or literal passes through unchanged, and an argument
+/// that must be parsed (an ID, an encoding or layout name) fails as text
+/// with a character it does not allow.
 pub fn from_server(bytes: &[u8]) -> Result<String, Failure> {
     let enc = encoding();
-    if enc == utf8() || enc == sql_ascii() || bytes.is_ascii() {
+    if enc == sql_ascii() {
+        return Ok(keep_raw(bytes));
+    }
+    if enc == utf8() || bytes.is_ascii() {
         return String::from_utf8(bytes.to_vec()).map_err(|_| {
             Failure::new(
-                Class::CharacterNotInRepertoire,
-                "invalid byte sequence: the text is not UTF-8",
+                Class::InvalidText,
+                "invalid byte sequence for encoding UTF8",
             )
-            .detail("This database's encoding is SQL_ASCII, which stores bytes as they came; snowflake_id reads them as UTF-8.")
-            .hint("Pass the text as UTF-8 (or ASCII).")
         });
     }
     let Ok(len) = i32::try_from(bytes.len()) else {
@@ -57,12 +66,46 @@ pub fn from_server(bytes: &[u8]) -> Result<String, Failure> {
     Ok(String::from_utf8_lossy(&converted).into_owned())
 }
 
+/// `bytes`, UTF-8 sequences as they are, every other byte as its
+/// private-use character.
+fn keep_raw(mut bytes: &[u8]) -> String {
+    let mut out = String::new();
+    while !bytes.is_empty() {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, rest) = bytes.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                let bad = e.error_len().unwrap_or(rest.len()).max(1);
+                for &b in &rest[..bad] {
+                    out.push(char::from_u32(RAW_BYTES + u32::from(b)).unwrap_or('?'));
+                }
+                bytes = &rest[bad..];
+            }
+        }
+    }
+    out
+}
+
 /// UTF-8 text in the database's encoding, for SQL the extension runs or a
 /// value it passes: every character came from the database or is ASCII, so
 /// the conversion has nothing it cannot represent.
 pub fn to_server(text: &str) -> Vec<u8> {
     let enc = encoding();
-    if enc == utf8() || enc == sql_ascii() || text.is_ascii() {
+    if enc == sql_ascii() {
+        let mut out = Vec::with_capacity(text.len());
+        for c in text.chars() {
+            match u32::from(c).checked_sub(RAW_BYTES) {
+                Some(b @ 0x80..=0xFF) => out.push(b as u8),
+                _ => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+            }
+        }
+        return out;
+    }
+    if enc == utf8() || text.is_ascii() {
         return text.as_bytes().to_vec();
     }
     let len = i32::try_from(text.len()).unwrap_or(i32::MAX);
@@ -79,8 +122,19 @@ pub fn to_server(text: &str) -> Vec<u8> {
 /// in the database's encoding and the character may have no place there.
 pub fn for_messages(text: &str) -> std::borrow::Cow<'_, str> {
     let enc = encoding();
-    if text.is_ascii() || enc == utf8() || enc == sql_ascii() {
+    if text.is_ascii() || enc == utf8() {
         return text.into();
+    }
+    if enc == sql_ascii() {
+        // Bytes that were no UTF-8, shown as what they were.
+        return text
+            .chars()
+            .map(|c| match u32::from(c).checked_sub(RAW_BYTES) {
+                Some(b @ 0x80..=0xFF) => format!("\\x{b:02X}"),
+                _ => c.to_string(),
+            })
+            .collect::<String>()
+            .into();
     }
     text.chars()
         .map(|c| {

@@ -503,11 +503,22 @@ pub fn server_name() -> String {
         let p = pg_sys::GetConfigOption(c"cluster_name".as_ptr(), true, false);
         (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
     };
-    cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
+    let name = cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
         format!("{}:{}", host_name().unwrap_or_default(), unsafe {
             pg_sys::PostPortNumber
         })
-    })
+    });
+    // Printable ASCII, as Postgres keeps cluster_name: the name travels to
+    // other servers' tables, whatever their encoding.
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 /// Every setting Postgres knows in this process, placeholders included.

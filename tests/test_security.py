@@ -311,9 +311,29 @@ def test_a_view_made_again_that_would_call_a_planted_overload_is_refused():
             CREATE FUNCTION public.label(bigint) RETURNS text LANGUAGE sql AS 'SELECT ''planted''';""")
         code, message, hint = srv.error("SELECT snowflake_convert('t')")
         assert code == "0A000" and "would call public.label(bigint)" in message, (code, message)
-        assert "create the view again" in hint, hint
+        assert "create it again" in hint, hint
         assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                        "WHERE attrelid = 't'::regclass AND attname = 'id'") == "integer"
+
+
+def test_a_constraint_or_index_rebuilt_with_a_planted_overload_is_refused():
+    with servers() as made:
+        srv = Server("sec_rebuilt")
+        made.append(srv)
+        srv.start()
+        srv.sql("CREATE EXTENSION snowflake_id")
+        for what, table in (("constraint", "CREATE TABLE t (id serial PRIMARY KEY CHECK (public.valid(id)))"),
+                            ("index", "CREATE TABLE t (id serial PRIMARY KEY); CREATE INDEX t_f ON t (public.f(id))")):
+            srv.sql("DROP TABLE IF EXISTS t; DROP FUNCTION IF EXISTS public.valid(bigint), public.f(bigint);"
+                    "CREATE OR REPLACE FUNCTION public.valid(integer) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';"
+                    "CREATE OR REPLACE FUNCTION public.f(integer) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT $1';")
+            srv.sql(table)
+            srv.sql("CREATE FUNCTION public.valid(bigint) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';"
+                    "CREATE FUNCTION public.f(bigint) RETURNS integer LANGUAGE sql IMMUTABLE AS 'SELECT 0'")
+            code, message, _ = srv.error("SELECT snowflake_convert('t')")
+            assert code == "0A000" and message.startswith(what) and "(bigint)" in message, (what, code, message)
+            assert srv.one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                           "WHERE attrelid = 't'::regclass AND attname = 'id'") == "integer"
 
 
 def test_a_partition_owned_by_another_role_is_refused():
@@ -361,10 +381,25 @@ def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fa
         claims_kept(srv, "claims")
         assert own_claim_seen(srv, "claims") > restarted
         assert problem(srv) is None, problem(srv)
-        # Made a template, it is left alone (and looked at again).
+        # An error in the worker (a lock it waits for past its lock_timeout)
+        # is caught and reported, never its end (exit_on_error is off).
+        pid = srv.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'")
+        holder = srv.connect(dbname="claims", autocommit=False)
+        # This session gets the owner's defaults too: set its own.
+        holder.cursor().execute("SET exit_on_error = off; RESET SESSION AUTHORIZATION; SET ROLE NONE; "
+                                "SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0; "
+                                "SET lock_timeout = 0; LOCK TABLE public.snowflake_claims IN ACCESS EXCLUSIVE MODE")
+        srv.wait_for("SELECT problem LIKE '%lock timeout%' FROM snowflake_status")
+        holder.rollback()
+        holder.close()
+        claims_kept(srv, "claims")
+        assert srv.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'") == pid
+        # Made a template, it is left alone (and looked at again); a role
+        # that may not send the worker away copies it.
         srv.sql("ALTER DATABASE claims IS_TEMPLATE true", user="mallory")
         srv.wait_for("SELECT problem LIKE '%names the template database \"claims\"%' FROM snowflake_status")
-        srv.sql("CREATE DATABASE copy TEMPLATE claims", user="mallory")
+        srv.sql("CREATE ROLE copier LOGIN CREATEDB")
+        srv.sql("CREATE DATABASE copy TEMPLATE claims", user="copier")
         srv.sql("ALTER DATABASE claims IS_TEMPLATE false", user="mallory")
         claims_kept(srv, "claims")
         srv.wait_for("SELECT problem IS NULL FROM snowflake_status", timeout=30)

@@ -140,6 +140,13 @@ impl Row {
 
 impl Claim {
     fn describe(&self, now_ms: UnixMs) -> String {
+        if self.last_seen_ms == UnixMs::MIN {
+            // Known from this server's memory of its last run alone.
+            return format!(
+                "with system identifier {}, timeline {} (as this server last saw it before it restarted)",
+                self.who.system_identifier, self.who.timeline
+            );
+        }
         let ago = (now_ms - self.last_seen_ms).max(0) as u64;
         format!(
             "\"{}\" (system identifier {}, timeline {}, claimed {}, last seen {} ago)",
@@ -251,7 +258,14 @@ fn must_stop<'a>(a: &'a Claim, b: &'a Claim) -> &'a Claim {
 #[derive(Debug, Default)]
 pub struct Observer {
     changed_at: HashMap<Claimant, (UnixMs, UnixMs)>,
+    /// The last row seen of each claim: a claim whose row goes away (its
+    /// table emptied here, a row deleted) counts until it goes stale, as if
+    /// it had stopped changing; deleting a row is not how a claim ends.
+    last: HashMap<Claimant, Claim>,
 }
+
+/// How long a claim whose row is gone is remembered after it went stale.
+const FORGET_AFTER_MS: u64 = 6 * STALE_AFTER_MS;
 
 impl Observer {
     /// Whether `claim` is live at `now_ms` (this server's clock); records
@@ -261,15 +275,17 @@ impl Observer {
     fn live(&mut self, claim: &Claim, now_ms: UnixMs, inherited: bool) -> bool {
         // First sighting: only the other server's clock can say how long ago
         // it last refreshed the claim.
-        let first = if inherited {
-            UnixMs::MIN / 2
-        } else {
-            now_ms - (now_ms - claim.last_seen_ms).abs()
+        let first = || {
+            if inherited {
+                UnixMs::MIN / 2
+            } else {
+                now_ms.saturating_sub(now_ms.saturating_sub(claim.last_seen_ms).saturating_abs())
+            }
         };
         let entry = self
             .changed_at
             .entry(claim.who.clone())
-            .or_insert((claim.last_seen_ms, first));
+            .or_insert_with(|| (claim.last_seen_ms, first()));
         if entry.0 != claim.last_seen_ms {
             // A remembered claim's first sighting is not a change.
             let changed = if entry.0 == UnixMs::MIN {
@@ -282,18 +298,56 @@ impl Observer {
         ((now_ms - entry.1).max(0) as u64) < STALE_AFTER_MS
     }
 
+    /// Forgets the claims in `absent` that went stale long ago.
+    fn forget_long_gone(&mut self, absent: &[Claim], now_ms: UnixMs) {
+        for c in absent {
+            let gone = self
+                .changed_at
+                .get(&c.who)
+                .is_none_or(|(_, changed)| ((now_ms - changed).max(0) as u64) >= FORGET_AFTER_MS);
+            if gone {
+                self.changed_at.remove(&c.who);
+                self.last.remove(&c.who);
+            }
+        }
+    }
+
     /// Counts `who` as live from `now_ms` on, whatever its `last_seen`
     /// says: a claim that made this server refuse before a restart keeps
     /// it refusing until the claim is seen not to change.
     pub fn remember(&mut self, who: Claimant, now_ms: UnixMs) {
-        self.changed_at.insert(who, (UnixMs::MIN, now_ms));
+        self.changed_at.insert(who.clone(), (UnixMs::MIN, now_ms));
+        let claim = Claim {
+            who: who.clone(),
+            name: String::new(),
+            // Earlier than any claim: the one this server refused on.
+            claimed_at_ms: UnixMs::MIN / 2,
+            last_seen_ms: UnixMs::MIN,
+        };
+        self.last.insert(who, claim);
     }
 
     /// Judges every claim this server holds, `me` being its own claim.
     pub fn judge(&mut self, me: &Claim, claims: &[Claim], now_ms: UnixMs) -> Vec<Finding> {
         let mine = |c: &Claim| c.who.system_identifier == me.who.system_identifier;
-        let live: Vec<&Claim> = newest_per_claimant(claims)
+        let present = newest_per_claimant(claims);
+        for c in &present {
+            self.last.insert(c.who.clone(), (*c).clone());
+        }
+        let absent: Vec<Claim> = self
+            .last
+            .values()
+            .filter(|l| !present.iter().any(|c| c.who == l.who))
+            .cloned()
+            .collect();
+        self.forget_long_gone(&absent, now_ms);
+        let absent: Vec<Claim> = absent
             .into_iter()
+            .filter(|c| self.last.contains_key(&c.who))
+            .collect();
+        let live: Vec<&Claim> = present
+            .into_iter()
+            .chain(absent.iter())
             // This server's own rows, under this worker id or another it
             // had earlier in this run.
             .filter(|c| {
@@ -376,7 +430,10 @@ impl Memory {
                             system_identifier: s.parse().ok()?,
                             timeline: t.parse().ok()?,
                             worker_id: w.parse().ok()?,
-                            claimed_at_ms: at.parse().ok()?,
+                            // A time no server wrote is damage: taken afresh.
+                            claimed_at_ms: at.parse().ok().filter(|ms: &UnixMs| {
+                                (ms.unsigned_abs() as f64) < LATEST_S * 1000.0
+                            })?,
                         })
                     })()
                 }
@@ -588,6 +645,47 @@ mod tests {
         assert_eq!(m.claimed_at(&who(1, 4, 5)), None);
         assert_eq!(m.claimed_at(&who(1, 3, 6)), None);
         assert_eq!(m.claimed_at(&who(2, 3, 5)), None);
+    }
+
+    #[test]
+    fn a_claim_whose_row_is_removed_counts_until_it_goes_stale() {
+        let me = claim(2, 1, 5, T0 + 1_000, T0);
+        let other = claim(1, 1, 5, T0, T0);
+        let mut obs = Observer::default();
+        assert_eq!(
+            obs.judge(&me, std::slice::from_ref(&other), T0),
+            vec![Finding::Refuse(other.clone())]
+        );
+        // The table here was emptied: still refused, until stale.
+        assert_eq!(
+            obs.judge(&me, &[], T0 + 2_000),
+            vec![Finding::Refuse(other.clone())]
+        );
+        assert_eq!(obs.judge(&me, &[], T0 + STALE_AFTER_MS as i64 - 1).len(), 1);
+        assert_eq!(obs.judge(&me, &[], T0 + STALE_AFTER_MS as i64), vec![]);
+        // Long gone, it is forgotten.
+        obs.judge(&me, &[], T0 + FORGET_AFTER_MS as i64);
+        assert!(obs.last.is_empty() && obs.changed_at.is_empty());
+    }
+
+    #[test]
+    fn a_remembered_refusal_holds_with_no_row_at_all() {
+        let me = claim(2, 1, 5, T0 + 1_000, T0 + 100_000);
+        let other = claim(1, 1, 5, T0, T0);
+        let mut obs = Observer::default();
+        let start = T0 + 100_000;
+        obs.remember(other.who.clone(), start);
+        let f = obs.judge(&me, &[], start);
+        assert!(
+            matches!(&f[..], [Finding::Refuse(c)] if c.who == other.who),
+            "{f:?}"
+        );
+        assert!(
+            f[0].failure(start).message.contains("before it restarted"),
+            "{}",
+            f[0].failure(start).message
+        );
+        assert_eq!(obs.judge(&me, &[], start + STALE_AFTER_MS as i64), vec![]);
     }
 
     #[test]

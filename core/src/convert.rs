@@ -402,13 +402,16 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
         let whose = v.temporary_of.as_deref().unwrap_or_default();
         return Err(Failure::new(
             Class::NotSupported,
-            format!("temporary view {} of {whose} depends on a column that must become bigint", v.name),
+            format!(
+                "temporary view {} of {whose} (role {}) depends on a column that must become bigint",
+                v.name, v.owner
+            ),
         )
         .detail("A temporary view belongs to its session, and a conversion cannot make it again there.")
         .hint(if whose == "this session" {
             format!("DROP VIEW {}; then run snowflake_convert again, and create the view again afterwards.", v.name)
         } else {
-            "Run it again once that session has ended or dropped the view (its schema, pg_temp_N, names the session's slot).".to_string()
+            format!("Run it again once that session has ended or dropped the view; a superuser can drop it: DROP VIEW {};", v.name)
         }));
     }
     if let Some(v) = f.views.iter().find(|v| !v.attached.is_empty()) {
@@ -560,6 +563,9 @@ fn recreate(v: &View, sql: &mut Vec<Step>) {
         "CREATE VIEW {}{with} AS {}",
         v.name, v.definition
     )));
+    // Who may give privileges on the view: its owner, then whoever has been
+    // given a grant option by a grant already made.
+    let mut able = vec![v.owner.clone()];
     if let Some(grants) = &v.privileges {
         // Explicit privileges replace the owner's defaults, so start from
         // none, and from none of what default privileges gave the new view.
@@ -575,7 +581,7 @@ fn recreate(v: &View, sql: &mut Vec<Step>) {
             v.name,
             from.join(", ")
         )));
-        grant(v, grants, sql);
+        grant(v, grants, &mut able, sql);
     } else {
         let from: Vec<&str> = v
             .default_grantees
@@ -591,7 +597,9 @@ fn recreate(v: &View, sql: &mut Vec<Step>) {
             )));
         }
     }
-    grant(v, &v.column_privileges, sql);
+    // A column privilege can be given through a grant option on the whole
+    // view: `able` carries those over.
+    grant(v, &v.column_privileges, &mut able, sql);
     if let Some(c) = &v.comment {
         sql.push(owned(format!("COMMENT ON VIEW {} IS {c}", v.name)));
     }
@@ -602,8 +610,9 @@ fn recreate(v: &View, sql: &mut Vec<Step>) {
 
 /// The GRANTs that give `grants` on `v` again, each by its grantor, one
 /// per grantor, grantee and grant option (in the order first seen), every
-/// grantor's after those that gave it the grant option.
-fn grant(v: &View, grants: &[Grant], sql: &mut Vec<Step>) {
+/// grantor's after those that gave it the grant option (`able`: who holds
+/// one so far).
+fn grant(v: &View, grants: &[Grant], able: &mut Vec<String>, sql: &mut Vec<Step>) {
     let mut groups: Vec<(&str, &str, bool, Vec<String>)> = Vec::new();
     for g in grants {
         let privilege = match &g.column {
@@ -617,23 +626,21 @@ fn grant(v: &View, grants: &[Grant], sql: &mut Vec<Step>) {
             None => groups.push((&g.grantor, &g.grantee, g.grantable, vec![privilege])),
         }
     }
-    // The owner grants first; then whoever has been given the grant option
-    // by a grant already made, until no one is left (a grant whose grantor
-    // has it from no one here is given by the owner: it could not stand).
-    let mut able: Vec<&str> = vec![v.owner.as_str()];
+    // A grant whose grantor has the option from no one here is given by
+    // the owner: it could not stand otherwise.
     while !groups.is_empty() {
         let next = groups
             .iter()
-            .position(|(by, ..)| able.contains(by))
+            .position(|(by, ..)| able.iter().any(|a| a == by))
             .unwrap_or(0);
         let (by, who, option, list) = groups.remove(next);
-        let by = if able.contains(&by) {
+        let by = if able.iter().any(|a| a == by) {
             by
         } else {
             v.owner.as_str()
         };
-        if option {
-            able.push(who);
+        if option && !able.iter().any(|a| a == who) {
+            able.push(who.to_string());
         }
         let option = if option { " WITH GRANT OPTION" } else { "" };
         let text = format!("GRANT {} ON {} TO {who}{option}", list.join(", "), v.name);
@@ -649,23 +656,25 @@ fn grant(v: &View, grants: &[Grant], sql: &mut Vec<Step>) {
     }
 }
 
-/// A view made again must call the functions and operators it called:
-/// its text is parsed again with a wider column, and another overload
-/// (`f(bigint)` where it called `f(integer)`), perhaps one a stranger
-/// created, would otherwise be called by everyone who reads the view.
-pub fn check_calls(v: &View, now: &[String]) -> Result<(), Failure> {
-    match now.iter().find(|c| !v.calls.contains(c)) {
+/// An object made again from its text with a wider column (a view by the
+/// conversion; a CHECK constraint, an index or a statistics object by
+/// PostgreSQL's own `ALTER ... TYPE`) must call the functions and operators
+/// outside pg_catalog it called: parsed again, another overload (`f(bigint)`
+/// where it called `f(integer)`), perhaps one a stranger created, would
+/// otherwise be called from then on by whoever uses it.
+pub fn check_calls(what: &str, before: &[String], now: &[String]) -> Result<(), Failure> {
+    match now.iter().find(|c| !before.contains(c)) {
         None => Ok(()),
         Some(c) => Err(Failure::new(
             Class::NotSupported,
-            format!("view {}, made again with the wider column, would call {c}, which it did not call before", v.name),
+            format!("{what}, made again with the wider column, would call {c}, which it did not call before"),
         )
-        .detail(if v.calls.is_empty() {
+        .detail(if before.is_empty() {
             "Before, it called no function or operator outside pg_catalog.".to_string()
         } else {
-            format!("Before, it called {}.", v.calls.join(", "))
+            format!("Before, it called {}.", before.join(", "))
         })
-        .hint("Drop the view, run snowflake_convert, and create the view again calling what you mean.")),
+        .hint(format!("Drop {what}, run snowflake_convert, and create it again calling what you mean."))),
     }
 }
 
@@ -1154,6 +1163,36 @@ mod tests {
     }
 
     #[test]
+    fn a_column_privilege_given_through_an_option_on_the_view_comes_from_its_grantor() {
+        let mut v = view("public.v", &[]);
+        v.privileges = Some(vec![Grant {
+            privilege: "SELECT".into(),
+            column: None,
+            grantee: "a".into(),
+            grantor: "app".into(),
+            grantable: true,
+        }]);
+        v.column_privileges = vec![Grant {
+            privilege: "SELECT".into(),
+            column: Some("id".into()),
+            grantee: "b".into(),
+            grantor: "a".into(),
+            grantable: false,
+        }];
+        let f = Facts {
+            views: vec![v],
+            ..serial()
+        };
+        let last = steps(&f)
+            .unwrap()
+            .into_iter()
+            .find(|s| s.sql.contains("(id)"))
+            .unwrap();
+        assert_eq!(last.sql, "GRANT SELECT (id) ON public.v TO b;");
+        assert_eq!(last.role.as_deref(), Some("a"));
+    }
+
+    #[test]
     fn a_sequence_an_earlier_run_kept_is_dropped_when_asked() {
         let done = Facts {
             target: col("public.orders", "id", "bigint"),
@@ -1248,10 +1287,12 @@ mod tests {
             calls: vec!["public.label(integer)".into()],
             ..view("public.v", &[])
         };
-        assert!(check_calls(&v, &["public.label(integer)".into()]).is_ok());
-        assert!(check_calls(&v, &[]).is_ok());
-        let e = check_calls(&v, &["public.label(bigint)".into()]).unwrap_err();
+        let what = format!("view {}", v.name);
+        assert!(check_calls(&what, &v.calls, &["public.label(integer)".into()]).is_ok());
+        assert!(check_calls(&what, &v.calls, &[]).is_ok());
+        let e = check_calls(&what, &v.calls, &["public.label(bigint)".into()]).unwrap_err();
         assert_eq!(e.class, Class::NotSupported);
+        assert!(e.message.starts_with("view public.v, made again"), "{e}");
         assert!(e.message.contains("would call public.label(bigint)"), "{e}");
         assert!(e.detail.unwrap().contains("public.label(integer)"));
     }

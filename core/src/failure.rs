@@ -43,9 +43,6 @@ pub enum Class {
     DependentObjects,
     /// 55P03 lock_not_available.
     LockNotAvailable,
-    /// 22021 character_not_in_repertoire: bytes that are no text in the
-    /// encoding they are read in.
-    CharacterNotInRepertoire,
     /// 01000 warning: not a failure yet, reported at WARNING level.
     Warning,
 }
@@ -64,7 +61,6 @@ impl Class {
             Class::Io => "58030",
             Class::Privilege => "42501",
             Class::InvalidText => "22P02",
-            Class::CharacterNotInRepertoire => "22021",
             Class::UndefinedColumn => "42703",
             Class::UndefinedTable => "42P01",
             Class::DatatypeMismatch => "42804",

@@ -24,8 +24,10 @@ CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowf
     FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
 CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
     FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
--- Fires for the rows replication applies as well, so that a claim arriving
--- again replaces the copy held here.
+-- Both fire for what replication applies as well: a claim arriving again
+-- replaces the copy held here, and a role that may only set
+-- session_replication_role writes nothing.
 ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
 -- Called by its triggers alone (which need no EXECUTE).
 REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;

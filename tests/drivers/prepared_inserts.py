@@ -3,12 +3,13 @@ itself, for `seconds`, and reports what it saw as JSON: how many inserts
 succeeded, each error (SQLSTATE and message) with its count, and how many
 succeeded after the last error.
 
-    prepared_inserts.py psycopg|psycopg-deallocate|asyncpg DSN TABLE SECONDS
+    prepared_inserts.py psycopg|psycopg-deallocate|asyncpg|asyncpg-transaction DSN TABLE SECONDS
 
 psycopg 3 prepares a statement once it has run prepare_threshold times
 (0 here: at once); asyncpg prepares every statement it runs.
 psycopg-deallocate is psycopg with what the README tells its users to do
-when a prepared statement's result type changed: DEALLOCATE ALL."""
+when a prepared statement's result type changed: DEALLOCATE ALL.
+asyncpg-transaction runs each insert in a transaction of its own."""
 
 import asyncio
 import json
@@ -58,10 +59,14 @@ async def with_asyncpg():
     while time.time() < deadline:
         i += 1
         try:
-            await conn.fetchval(f"INSERT INTO {table} (n) VALUES ($1) RETURNING id", i)
+            if driver == "asyncpg-transaction":
+                async with conn.transaction():
+                    await conn.fetchval(f"INSERT INTO {table} (n) VALUES ($1) RETURNING id", i)
+            else:
+                await conn.fetchval(f"INSERT INTO {table} (n) VALUES ($1) RETURNING id", i)
             succeeded()
         except asyncpg.PostgresError as e:
-            failed(e.sqlstate, str(e))
+            failed(e.sqlstate, type(e).__name__)
     await conn.close()
 
 
