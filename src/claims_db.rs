@@ -130,54 +130,71 @@ fn call_back() {
     }
 }
 
+/// Runs a utility statement (`run`), with the claims worker sent away
+/// first when the statement needs its database free.
+fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
+    // SAFETY: the statement Postgres is about to run, unchanged.
+    let target = unsafe { needs_free(stmt) };
+    let claims_db = settings::claims_database();
+    let away = target
+        .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
+        && target.is_some_and(may_act_on)
+        && send_away();
+    if !away {
+        return run();
+    }
+    PgTryBuilder::new(run).finally(call_back).execute()
+}
+
+// The hook's arguments changed in 14 (readOnlyTree): one definition each.
+#[cfg(not(feature = "pg13"))]
 #[pg_guard]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn process_utility(
     pstmt: *mut pg_sys::PlannedStmt,
     query: *const std::ffi::c_char,
-    #[cfg(not(feature = "pg13"))] read_only_tree: bool,
+    read_only_tree: bool,
     context: pg_sys::ProcessUtilityContext::Type,
     params: pg_sys::ParamListInfo,
     env: *mut pg_sys::QueryEnvironment,
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
-    // SAFETY: the statement Postgres is about to run, unchanged.
-    let target = unsafe { needs_free((*pstmt).utilityStmt) };
-    let claims_db = settings::claims_database();
-    let away = target
-        .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
-        && target.is_some_and(may_act_on)
-        && send_away();
-    let run = || {
-        // SAFETY: the next hook in line, or Postgres's own, with the
-        // arguments it was called with.
-        unsafe {
-            match PREV_PROCESS_UTILITY {
-                #[cfg(not(feature = "pg13"))]
-                Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-                #[cfg(feature = "pg13")]
-                Some(prev) => prev(pstmt, query, context, params, env, dest, qc),
-                #[cfg(not(feature = "pg13"))]
-                None => pg_sys::standard_ProcessUtility(
-                    pstmt,
-                    query,
-                    read_only_tree,
-                    context,
-                    params,
-                    env,
-                    dest,
-                    qc,
-                ),
-                #[cfg(feature = "pg13")]
-                None => {
-                    pg_sys::standard_ProcessUtility(pstmt, query, context, params, env, dest, qc)
-                }
-            }
+    // SAFETY: the next hook in line, or Postgres's own, with the
+    // arguments it was called with.
+    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query,
+                read_only_tree,
+                context,
+                params,
+                env,
+                dest,
+                qc,
+            ),
         }
-    };
-    if !away {
-        return run();
-    }
-    PgTryBuilder::new(run).finally(call_back).execute()
+    })
+}
+
+#[cfg(feature = "pg13")]
+#[pg_guard]
+unsafe extern "C-unwind" fn process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query: *const std::ffi::c_char,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    // SAFETY: as above.
+    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
+        match PREV_PROCESS_UTILITY {
+            Some(prev) => prev(pstmt, query, context, params, env, dest, qc),
+            None => pg_sys::standard_ProcessUtility(pstmt, query, context, params, env, dest, qc),
+        }
+    })
 }
