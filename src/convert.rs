@@ -347,8 +347,32 @@ fn lock(locks: &Locks) {
         if try_lock(locks, wait) {
             return;
         }
+        statement_timeout_check();
         crate::clock::sleep_on_latch(PAUSE_MS);
         pgrx::check_for_interrupts!();
+    }
+}
+
+/// Raises the statement timeout's error once the statement has run for
+/// `statement_timeout`. Postgres raises it itself, except when it comes due
+/// during a lock wait that its lock_timeout ends first: the one error
+/// reported then is the lock timeout, which an attempt takes as its own,
+/// and the statement timeout would never come again.
+fn statement_timeout_check() {
+    // SAFETY: plain reads of this backend's setting and clock.
+    let (limit_ms, started, now) = unsafe {
+        (
+            pg_sys::StatementTimeout,
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            pg_sys::GetCurrentTimestamp(),
+        )
+    };
+    if limit_ms > 0 && now - started >= i64::from(limit_ms) * 1000 {
+        pgrx::ereport!(
+            ERROR,
+            PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+            "canceling statement due to statement timeout"
+        );
     }
 }
 
