@@ -93,6 +93,9 @@ fn snowflake_convert(
         roles.check(&steps);
         (facts, sequence, oids)
     };
+    if let Some(w) = convert::widening_warning(&facts) {
+        crate::errors::log(w, pgrx::PgLogLevel::WARNING);
+    }
     let owner = roles.oid(&facts.target.owner);
     let largest = as_role(Some(owner), || largest_key(&facts.target));
     let next = crate::generate::snowflake_nextval();

@@ -318,6 +318,34 @@ pub fn widened(f: &Facts) -> Vec<&Column> {
         .collect()
 }
 
+/// What an application must know before the conversion: the key it maps
+/// as a 32-bit integer becomes a 64-bit one, and snowflake IDs do not fit
+/// 32 bits. Nothing in the database fails: the application's own range
+/// checks do, quietly (Django's `AutoField`, `auth_user.id` included,
+/// finds no row for a new ID). `None` when no key column widens.
+pub fn widening_warning(f: &Facts) -> Option<Failure> {
+    let widened = widened(f);
+    widened.first()?;
+    let columns: Vec<String> = widened
+        .iter()
+        .map(|c| format!("{} ({})", c.display(), c.type_name))
+        .collect();
+    Some(
+        Failure::new(
+            Class::Warning,
+            format!(
+                "{} become{} bigint: an application that maps {} as a 32-bit integer must map {} as a 64-bit one before it meets a snowflake ID",
+                columns.join(", "),
+                if widened.len() == 1 { "s" } else { "" },
+                if widened.len() == 1 { "it" } else { "them" },
+                if widened.len() == 1 { "it" } else { "them" },
+            ),
+        )
+        .detail("The database takes every new ID; a 32-bit field in the application treats it as out of range without an error: Django's AutoField (auth_user.id included) finds no row for it, edits become inserts, deletes delete nothing.")
+        .hint("Change the application's field to 64 bits first (Django: a BigAutoField with the snowflake default, see docs/applications.md), deploy it, then convert."),
+    )
+}
+
 /// One statement of a conversion and who runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
@@ -740,6 +768,27 @@ mod tests {
             column: col(table, column, type_name),
             depth,
         }
+    }
+
+    #[test]
+    fn widening_a_32_bit_key_warns_the_application_and_a_bigint_key_does_not() {
+        let f = serial();
+        let w = widening_warning(&f).expect("integer widens");
+        assert_eq!(w.class, Class::Warning);
+        assert!(
+            w.message
+                .starts_with("public.orders.id (integer) becomes bigint"),
+            "{}",
+            w.message
+        );
+        assert!(w
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Django's AutoField"));
+        let mut big = serial();
+        big.target.type_name = "bigint".into();
+        assert_eq!(widening_warning(&big), None);
     }
 
     #[test]
