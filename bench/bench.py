@@ -89,7 +89,7 @@ class Bench:
         return time.perf_counter() - start
 
     def waits(self):
-        return self.q("SELECT waits FROM snowflake_status")[0][0]
+        return self.q("SELECT waits FROM snowflake_id.snowflake_status")[0][0]
 
     @contextlib.contextmanager
     def snowflake_measured(self, label, competitor):
@@ -100,7 +100,7 @@ class Bench:
         if competitor.call != SNOWFLAKE:
             yield
             return
-        lead = self.q("SELECT coalesce(extract(epoch FROM lead)::float8, 0) FROM snowflake_status")[0][0]
+        lead = self.q("SELECT coalesce(extract(epoch FROM lead)::float8, 0) FROM snowflake_id.snowflake_status")[0][0]
         if lead > 0:
             time.sleep(lead + 0.01)
         before = self.waits()
@@ -501,7 +501,7 @@ def main():
                 ("ids_issued", "ticks_borrowed", "waits", "largest_lead", "mark_writes", "mark_writes_by_callers"),
                 srv.sql(
                     "SELECT ids_issued, ticks_borrowed, waits, largest_lead::text, mark_writes, mark_writes_by_callers "
-                    "FROM snowflake_status"
+                    "FROM snowflake_id.snowflake_status"
                 )[0],
             )
         )

@@ -81,8 +81,8 @@ def main():
         stop, got = threading.Event(), []
         threads = hogs(srv, a.batch, a.sessions, stop, got)
         try:
-            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=60)
-            waits_before = srv.one("SELECT waits FROM snowflake_status")
+            srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_id.snowflake_status", timeout=60)
+            waits_before = srv.one("SELECT waits FROM snowflake_id.snowflake_status")
             beside, errors = latencies(srv, "SELECT snowflake_nextval()", a.calls)
         finally:
             stop.set()
@@ -101,7 +101,7 @@ def main():
         print(f"idle snowflake_nextval() / random(): {statistics.median(idle) / statistics.median(builtin):.2f}x (median)")
         print(f"beside the batches: longest call {max(beside):.3f} s = {max(beside) / 1.0:.2f} x max_wait, "
               f"{max(beside) / 1.0:.2f} x one js53 tick; {errors} of {a.calls} failed; "
-              f"{srv.one('SELECT waits FROM snowflake_status') - waits_before} waits counted server-wide")
+              f"{srv.one('SELECT waits FROM snowflake_id.snowflake_status') - waits_before} waits counted server-wide")
     finally:
         srv.destroy()
 

@@ -44,7 +44,7 @@ def load(srv, seconds, sessions):
 
 def status(srv):
     return srv.sql("SELECT mark_writes + mark_writes_by_callers, standby_waits,"
-                   " extract(epoch FROM standby_wait_time) * 1e3 FROM snowflake_status")[0]
+                   " extract(epoch FROM standby_wait_time) * 1e3 FROM snowflake_id.snowflake_status")[0]
 
 
 def main():

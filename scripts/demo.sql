@@ -27,4 +27,4 @@ RESET enable_seqscan;
 SELECT * FROM snowflake_decode(175928847299117063, 'discord');
 \echo '-- What the generator did:'
 SELECT worker_id, layout, last_id, ids_issued, lead, durable_mark, mark_writes, errors
-  FROM snowflake_status;
+  FROM snowflake_id.snowflake_status;

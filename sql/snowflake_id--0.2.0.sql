@@ -7,47 +7,6 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:156
--- What this server's generator is doing. VOLATILE: every call reads live
--- counters. Who may call it is set in privileges.sql.
-CREATE FUNCTION snowflake_status(
-    OUT worker_id integer,
-    OUT worker_id_source text,
-    OUT layout text,
-    OUT epoch timestamptz,
-    OUT problem text,
-    OUT last_id bigint,
-    OUT last_id_time timestamptz,
-    OUT lead interval,
-    OUT largest_lead interval,
-    OUT durable_mark timestamptz,
-    OUT durable_mark_written_at timestamptz,
-    OUT mark_source text,
-    OUT mark_system_identifier bigint,
-    OUT mark_timeline bigint,
-    OUT marks_replayed bigint,
-    OUT ids_issued bigint,
-    OUT ticks_borrowed bigint,
-    OUT clock_steps_back bigint,
-    OUT largest_clock_step_back interval,
-    OUT waits bigint,
-    OUT wait_time interval,
-    OUT errors bigint,
-    OUT mark_writes bigint,
-    OUT mark_writes_by_callers bigint,
-    OUT standby_waits bigint,
-    OUT standby_wait_time interval,
-    OUT layout_ends timestamptz,
-    OUT time_left interval,
-    OUT reserver_pid integer,
-    OUT started_at timestamptz)
-RETURNS record VOLATILE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
-
-CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/decode.rs:86
 
 -- The parts of an ID under this server's layout. STABLE: the layout is fixed
@@ -174,30 +133,6 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:72
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_status
---   convert::snowflake_convert
-
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/decode.rs:104
 -- snowflake_id::decode::snowflake_timestamp
 CREATE  FUNCTION "snowflake_timestamp"(
@@ -233,7 +168,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:1004
+-- src/claims.rs:1056
 -- snowflake_id::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
 	RETURNS TRIGGER
@@ -242,7 +177,7 @@ CREATE FUNCTION "snowflake_claims_guard"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:1109
+-- src/claims.rs:1161
 -- requires:
 --   snowflake_claims_guard
 
@@ -253,7 +188,16 @@ CREATE FUNCTION "snowflake_claims_guard"()
 -- README), it lets every server that receives another live server's claim
 -- on its own worker id know.
 -- Not dumped: a claim belongs to the server that wrote it.
-CREATE TABLE snowflake_claims (
+--
+-- The table and the status view live in a schema of the extension's own, not
+-- in the application's: schema tools (Alembic, drizzle-kit, ...) compare the
+-- application's schema with their models and would otherwise try to drop
+-- them. Created here, the schema is the extension's member: CREATE EXTENSION
+-- fails if a schema of that name exists already, so no role can own it.
+CREATE SCHEMA snowflake_id;
+-- Monitoring roles read the claims and the status there.
+GRANT USAGE ON SCHEMA snowflake_id TO pg_read_all_stats;
+CREATE TABLE snowflake_id.snowflake_claims (
     worker_id integer NOT NULL,
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
@@ -266,18 +210,87 @@ CREATE TABLE snowflake_claims (
 
 -- Written by the claims worker and by replication alone (see
 -- snowflake_claims_guard); readable by monitoring roles, as the status is.
-REVOKE ALL ON snowflake_claims FROM PUBLIC;
-GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
-CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_claims
-    FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
-CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
-    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
+REVOKE ALL ON snowflake_id.snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_id.snowflake_claims TO pg_read_all_stats;
+CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_id.snowflake_claims
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.snowflake_claims_guard();
+CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_id.snowflake_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.snowflake_claims_guard();
 -- Both fire for what replication applies as well: a claim arriving again
 -- replaces the copy held here, and a role that may only set
 -- session_replication_role writes nothing.
-ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
-ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
+ALTER TABLE snowflake_id.snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+ALTER TABLE snowflake_id.snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
 -- Called by its triggers alone (which need no EXECUTE).
-REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/status.rs:156
+-- requires:
+--   snowflake_claims
+
+-- What this server's generator is doing. VOLATILE: every call reads live
+-- counters. Who may call it is set in privileges.sql.
+CREATE FUNCTION snowflake_status(
+    OUT worker_id integer,
+    OUT worker_id_source text,
+    OUT layout text,
+    OUT epoch timestamptz,
+    OUT problem text,
+    OUT last_id bigint,
+    OUT last_id_time timestamptz,
+    OUT lead interval,
+    OUT largest_lead interval,
+    OUT durable_mark timestamptz,
+    OUT durable_mark_written_at timestamptz,
+    OUT mark_source text,
+    OUT mark_system_identifier bigint,
+    OUT mark_timeline bigint,
+    OUT marks_replayed bigint,
+    OUT ids_issued bigint,
+    OUT ticks_borrowed bigint,
+    OUT clock_steps_back bigint,
+    OUT largest_clock_step_back interval,
+    OUT waits bigint,
+    OUT wait_time interval,
+    OUT errors bigint,
+    OUT mark_writes bigint,
+    OUT mark_writes_by_callers bigint,
+    OUT standby_waits bigint,
+    OUT standby_wait_time interval,
+    OUT layout_ends timestamptz,
+    OUT time_left interval,
+    OUT reserver_pid integer,
+    OUT started_at timestamptz)
+RETURNS record VOLATILE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
+
+-- The view beside the claims, in the extension's own schema (see claims.sql).
+CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake_status();
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:72
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

@@ -24,7 +24,7 @@ use pgrx::bgworkers::BackgroundWorkerBuilder;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::claims::{
-    Claim, Claimant, Finding, Held, Memory, Observer, Row, REFRESH_MS,
+    Claim, Claimant, Finding, Held, Memory, Observer, Row, REFRESH_MS, STALE_AFTER_MS,
 };
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
@@ -228,7 +228,12 @@ pub fn warning(st: &State) -> Option<String> {
 /// once recovery has ended: a standby issues no IDs and claims nothing, a
 /// promoted one claims under its new timeline.
 pub fn register() {
-    if settings::claims_database().is_none() {
+    // pg_upgrade starts both clusters in binary-upgrade mode to read and
+    // write their catalogs: neither issues IDs then, and a claim refreshed
+    // by the old one would reach the upgraded cluster as another live
+    // server's claim on its worker id.
+    // SAFETY: a plain read of a flag the postmaster set from its options.
+    if settings::claims_database().is_none() || unsafe { pg_sys::IsBinaryUpgrade } {
         return;
     }
     crate::claims_db::install();
@@ -251,6 +256,7 @@ unsafe extern "C-unwind" fn forget_pid(_code: i32, _arg: pg_sys::Datum) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
+    reserver::sigterm_ends_loop_only();
     reserver::handle_signals();
     let Some(st) = shmem::state() else { return };
     let Some(db) = settings::claims_database() else {
@@ -283,14 +289,17 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     st.claims.trouble.set("");
     let mut keeper = Keeper::new(st, db);
     loop {
-        if let Some(f) = in_transaction(is_template).ok().flatten() {
-            leave_template(st, f);
-        }
         if reserver::terminating() {
+            if reserver::server_shutting_down() {
+                keeper.release(st);
+            }
             // Status 1: the postmaster starts it again (after a shutdown
             // it does not); 0 would unregister it until the next restart.
             // SAFETY: the normal way out of a background worker.
             unsafe { pg_sys::proc_exit(1) };
+        }
+        if let Some(f) = in_transaction(is_template).ok().flatten() {
+            leave_template(st, f);
         }
         reserver::reload_if_asked();
         keeper.refresh(st);
@@ -476,6 +485,46 @@ impl Keeper {
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
         self.publish(st, &findings, now);
+    }
+
+    /// At the server's shutdown, marks this server's claim as ended: its
+    /// `last_seen` becomes 1970. A server that starts on these files next
+    /// (the upgraded cluster after `pg_upgrade`, a copy of a cleanly stopped
+    /// data directory) would otherwise take the claim for another live
+    /// server's on its worker id and refuse IDs until it went stale. Servers
+    /// already watching the claim see it change, and count it as live for
+    /// `STALE_AFTER_MS` more, as after any refresh. Only the postmaster's
+    /// SIGTERM does this: a worker ended alone comes back in 5 s to a server
+    /// that went on issuing IDs, whose claim must stay live meanwhile.
+    fn release(&self, st: &State) {
+        // The SIGTERM set a flag only (`sigterm_ends_loop_only`): this
+        // last transaction runs; the lock timeout bounds its wait, and its
+        // commit waits for no standby.
+        let (system_identifier, timeline) = wal::origin();
+        let instance = st.claims.instance.load(Ordering::Relaxed);
+        let released = in_transaction(move || {
+            let table = claims_table()?;
+            Spi::run_with_args(
+                &format!(
+                    "UPDATE {table} SET last_seen = pg_catalog.to_timestamp(0) \
+                     WHERE system_identifier OPERATOR(pg_catalog.=) $1 \
+                       AND timeline OPERATOR(pg_catalog.=) $2 AND instance OPERATOR(pg_catalog.=) $3"
+                ),
+                &[
+                    (system_identifier as i64).into(),
+                    i64::from(timeline).into(),
+                    (instance as i64).into(),
+                ],
+            )
+            .ok()
+        });
+        if !matches!(released, Ok(Some(()))) {
+            log!(
+                "snowflake_id: this server's worker-id claim in database \"{}\" could not be marked as ended at shutdown; it goes stale in {} s",
+                self.db,
+                STALE_AFTER_MS / 1000
+            );
+        }
     }
 
     /// Rows that cannot be judged are skipped; each is told to the log
@@ -767,7 +816,7 @@ fn in_transaction<R>(
         } else {
             Class::Warning
         };
-        Failure::new(class, format!("could not keep this server's worker-id claim in snowflake_claims: {why}"))
+        Failure::new(class, format!("could not keep this server's worker-id claim in snowflake_id.snowflake_claims: {why}"))
             .hint("The claim is tried again every 2 seconds; until it is kept, collisions with other servers' worker ids go unnoticed.")
     })
 }
@@ -1036,10 +1085,10 @@ fn snowflake_claims_guard<'a>(
         errors::raise(
             Failure::new(
                 Class::Privilege,
-                "snowflake_claims is written only by the claims worker and by replication",
+                "snowflake_id.snowflake_claims is written only by the claims worker and by replication",
             )
             .detail("A claim written by hand could stop this server's IDs, or hide two servers issuing under one worker id.")
-            .hint("To remove the claims of a server gone for good, a superuser runs SET session_replication_role = replica; DELETE FROM snowflake_claims WHERE ...; RESET session_replication_role;"),
+            .hint("To remove the claims of a server gone for good, a superuser runs SET session_replication_role = replica; DELETE FROM snowflake_id.snowflake_claims WHERE ...; RESET session_replication_role;"),
         );
     }
     match op {
@@ -1064,7 +1113,7 @@ fn skipped_untrusted() {
         errors::log(
             Failure::new(
                 Class::Warning,
-                "snowflake_id: claims arriving by this replication are skipped: they are not applied as the owner of snowflake_claims",
+                "snowflake_id: claims arriving by this replication are skipped: they are not applied as the owner of snowflake_id.snowflake_claims",
             )
             .detail("A subscription that runs as a role other than the table's owner (run_as_owner, or an owner without a superuser's rights) could forge claims.")
             .hint("Let a superuser own the subscription, without run_as_owner, to receive claims by it."),

@@ -74,9 +74,31 @@ unsafe extern "C-unwind" {
 /// Set by SIGTERM (a shutdown, or an administrator's kill).
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 
+/// Set when that SIGTERM came from the postmaster: the server is shutting
+/// down (smart or fast), not this process alone being ended by a role's
+/// `pg_terminate_backend` or this extension's own hook.
+static BY_POSTMASTER: AtomicBool = AtomicBool::new(false);
+
+/// Whether SIGTERM also interrupts what Postgres is doing in this process,
+/// as `die` does (the reserver's waits for a synchronous standby have no
+/// other end). The claims worker's waits are bounded by its own timeouts,
+/// and it has one last transaction to run at a shutdown: it only sets the
+/// flag, which its loop reads at every turn.
+static INTERRUPT_ON_TERM: AtomicBool = AtomicBool::new(true);
+
+/// Called by a worker whose loop ends itself on SIGTERM (see above).
+pub fn sigterm_ends_loop_only() {
+    INTERRUPT_ON_TERM.store(false, Ordering::Relaxed);
+}
+
 /// Whether this process is the background writer and was told to stop.
 pub fn terminating() -> bool {
     TERMINATE.load(Ordering::Relaxed)
+}
+
+/// Whether the SIGTERM that ends this worker is the server's shutdown.
+pub fn server_shutting_down() -> bool {
+    BY_POSTMASTER.load(Ordering::Relaxed)
 }
 
 /// SIGTERM: what Postgres's `die` does to end waits inside Postgres (a
@@ -87,10 +109,28 @@ unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
     unsafe {
         let saved = *libc::__errno_location();
         TERMINATE.store(true, Ordering::Relaxed);
-        pg_sys::ProcDiePending = 1;
-        pg_sys::InterruptPending = 1;
+        if INTERRUPT_ON_TERM.load(Ordering::Relaxed) {
+            pg_sys::ProcDiePending = 1;
+            pg_sys::InterruptPending = 1;
+        }
         pg_sys::SetLatch(pg_sys::MyLatch);
         *libc::__errno_location() = saved;
+    }
+}
+
+/// SIGTERM with the sender's process id: `pqsignal` hands a handler the
+/// signal number alone.
+extern "C" fn on_sigterm_from(
+    signal: std::ffi::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut std::ffi::c_void,
+) {
+    // SAFETY: the kernel's siginfo for this delivery; an atomic store.
+    unsafe {
+        if !info.is_null() && (*info).si_pid() == pg_sys::PostmasterPid {
+            BY_POSTMASTER.store(true, Ordering::Relaxed);
+        }
+        on_sigterm(signal);
     }
 }
 
@@ -109,8 +149,16 @@ unsafe fn handle(signal: u32, handler: unsafe extern "C-unwind" fn(std::ffi::c_i
 pub fn handle_signals() {
     // SAFETY: the documented start of a background worker.
     unsafe {
-        handle(pg_sys::SIGTERM, on_sigterm);
         handle(pg_sys::SIGHUP, SignalHandlerForConfigReload);
+        // As pqsignal installs a handler (restarting system calls, nothing
+        // else blocked), asking the kernel for the sender too.
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigterm_from as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) != 0 {
+            handle(pg_sys::SIGTERM, on_sigterm);
+        }
         pg_sys::BackgroundWorkerUnblockSignals();
     }
 }

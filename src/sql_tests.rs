@@ -230,7 +230,7 @@ mod tests {
     #[pg_test]
     fn from_timestamp_selects_by_time_through_the_primary_key() {
         // Earlier tests took IDs in bulk, borrowing ticks ahead of the clock: wait until the clock has caught up.
-        Spi::run("SELECT pg_sleep(greatest(0, extract(epoch FROM lead)::float8) + 0.01) FROM snowflake_status").unwrap();
+        Spi::run("SELECT pg_sleep(greatest(0, extract(epoch FROM lead)::float8) + 0.01) FROM snowflake_id.snowflake_status").unwrap();
         Spi::run("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
             .unwrap();
         Spi::run("INSERT INTO orders (n) SELECT g FROM generate_series(1, 1000) g").unwrap();
@@ -299,10 +299,10 @@ mod tests {
 
     #[pg_test]
     fn status_reports_what_the_generator_did() {
-        let before = one::<i64>("SELECT ids_issued FROM snowflake_status");
+        let before = one::<i64>("SELECT ids_issued FROM snowflake_id.snowflake_status");
         let last = one::<i64>("SELECT max(i) FROM snowflake_nextval_batch(5000) i");
         let (issued, last_id, problem) = Spi::get_three::<i64, i64, String>(
-            "SELECT ids_issued, last_id, problem FROM snowflake_status",
+            "SELECT ids_issued, last_id, problem FROM snowflake_id.snowflake_status",
         )
         .unwrap();
         // Other tests issue IDs on this server at the same time: exact counts
@@ -311,7 +311,7 @@ mod tests {
         assert!(last_id.unwrap() >= last);
         assert_eq!(problem, None);
         let (worker, layout, pid) = Spi::get_three::<i32, String, i32>(
-            "SELECT worker_id, layout, reserver_pid FROM snowflake_status",
+            "SELECT worker_id, layout, reserver_pid FROM snowflake_id.snowflake_status",
         )
         .unwrap();
         assert_eq!(
@@ -319,7 +319,7 @@ mod tests {
             (Some(42), Some("snowflake_id"))
         );
         assert!(pid.is_some(), "the background writer is not running");
-        assert!(one::<bool>("SELECT durable_mark >= last_id_time AND time_left > interval '60 years' FROM snowflake_status"));
+        assert!(one::<bool>("SELECT durable_mark >= last_id_time AND time_left > interval '60 years' FROM snowflake_id.snowflake_status"));
     }
 
     #[pg_test]

@@ -153,4 +153,8 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     unsafe { row(fcinfo, &values) }
 }
 
-extension_sql_file!("sql/status.sql", name = "snowflake_status");
+extension_sql_file!(
+    "sql/status.sql",
+    name = "snowflake_status",
+    requires = ["snowflake_claims"]
+);

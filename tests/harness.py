@@ -63,13 +63,13 @@ class Server:
     """
 
     def __init__(self, name, conf=None, preload=True, faketime=False, copy_of=None, standby=False, copy_with=None,
-                 env=None, bin=None, host_name=None):
+                 env=None, bin=None, host_name=None, initdb_args=()):
         """copy_of: a running Server to base-backup instead of running initdb
         (standby=True makes the copy a streaming standby of it; copy_with(data_dir)
         makes the copy itself instead of pg_basebackup). env: extra environment
         variables for the server's processes. bin: the PostgreSQL binaries'
         directory, PG_BIN by default. host_name: what gethostname(2) says in the
-        server's processes."""
+        server's processes. initdb_args: more options for initdb."""
         self.name = name
         self.bin = bin or PG_BIN
         self.host_name = host_name
@@ -93,7 +93,8 @@ class Server:
             self._base_backup(copy_of, standby)
             inherited = copy_of.harness_settings()
         else:
-            _as_postgres([f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync"])
+            _as_postgres([f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync",
+                          *initdb_args])
             inherited = {}
         base = {
             "port": self.port,

@@ -33,7 +33,7 @@ def test_ten_million_ids_through_a_53_bit_layout_are_unique_exact_and_never_too_
             assert ahead <= 1.001, f"IDs ran {ahead:.3f} s ahead of the clock, more than max_lead"
             previous_max = hi
         waits, errors, borrowed, largest_lead = srv.sql(
-            "SELECT waits, errors, ticks_borrowed, extract(epoch FROM largest_lead)::float8 FROM snowflake_status"
+            "SELECT waits, errors, ticks_borrowed, extract(epoch FROM largest_lead)::float8 FROM snowflake_id.snowflake_status"
         )[0]
         assert errors == 0
         assert waits > 0, "the layout's capacity was never reached: the test did not test throttling"

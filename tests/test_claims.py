@@ -55,7 +55,7 @@ def dsn(s):
 def publish(s, name, tables="t, "):
     """The README's publication: the data, and this server's own claim rows
     only (so that no server passes on a claim it received: no loops)."""
-    s.sql(f"CREATE PUBLICATION {name} FOR TABLE {tables}snowflake_claims WHERE (system_identifier = {sysid(s)})"
+    s.sql(f"CREATE PUBLICATION {name} FOR TABLE {tables}snowflake_id.snowflake_claims WHERE (system_identifier = {sysid(s)})"
           " WITH (publish = 'insert, update, delete')")
 
 
@@ -65,7 +65,7 @@ def subscribe(s, name, source, publication, copy_data=True):
 
 
 def problem(s):
-    return s.one("SELECT problem FROM snowflake_status")
+    return s.one("SELECT problem FROM snowflake_id.snowflake_status")
 
 
 def wait_problem(s, text, timeout=DETECT_TIMEOUT_S):
@@ -134,12 +134,12 @@ def apply_errors(s):
 
 
 def wait_claims(s, n, what, timeout=60):
-    """Waits until snowflake_claims holds `n` rows; says what it holds and
+    """Waits until snowflake_id.snowflake_claims holds `n` rows; says what it holds and
     what the server's processes wait on if it does not."""
     try:
-        s.wait_for(f"SELECT count(*) = {n} FROM snowflake_claims", timeout=timeout)
+        s.wait_for(f"SELECT count(*) = {n} FROM snowflake_id.snowflake_claims", timeout=timeout)
     except AssertionError:
-        rows = s.sql("SELECT * FROM snowflake_claims")
+        rows = s.sql("SELECT * FROM snowflake_id.snowflake_claims")
         procs = s.sql("SELECT pid, backend_type, state, wait_event_type, wait_event, left(query, 80)"
                       " FROM pg_stat_activity")
         raise AssertionError(f"{what}; claims: {rows}; processes: {procs}") from None
@@ -171,6 +171,33 @@ def test_fan_in_with_distinct_worker_ids_is_exact_and_quiet():
         assert "claimed by" not in (problem(r) or "") + r.log_text(), problem(r)
         assert "duplicate key" not in r.log_text()
         print(f"fan-in: {len(ids_a)} + {len(ids_b)} rows, 0 conflicts")
+
+
+def test_a_clean_shutdown_ends_the_claim_and_a_worker_ended_alone_does_not():
+    """The claim is marked as ended (last_seen 1970) only when the server
+    shuts down: a copy of its files (pg_upgrade's new cluster, see
+    test_pg_upgrade.py) then does not take it for a live server's. A claims
+    worker ended alone (pg_terminate_backend) comes back to a server that
+    went on issuing IDs: its claim must stay live meanwhile."""
+    with servers() as made:
+        s = writer(made, "claim_end", 5)
+        wait_claims(s, 1, "no claim written")
+        me = sysid(s)
+        pid = s.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'")
+        s.sql(f"SELECT pg_terminate_backend({pid})")
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            assert s.one(f"SELECT last_seen > now() - interval '10 s' FROM snowflake_id.snowflake_claims"
+                         f" WHERE system_identifier = {me}") is True
+            time.sleep(0.1)
+        s.wait_for("SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'"
+                   f" AND pid <> {pid}", timeout=30)
+        s.stop()
+        # Started without claims, so that no worker touches the row again.
+        s.set_conf(snowflake_id__claims_database=None)
+        s.start()
+        assert s.sql("SELECT last_seen = 'epoch', claimed_at < now() FROM snowflake_id.snowflake_claims") \
+            == [(True, True)]
 
 
 def claims_mesh(a, b):
@@ -269,7 +296,7 @@ def test_a_split_brain_after_promotion_stops_the_old_primary_where_the_claims_me
         # worker refreshes every 2 s; 2 runs in 12 promoted before it
         # arrived): a standby promoted then knows nothing of it, which is
         # not the failover this test is about.
-        s.wait_for("SELECT count(*) = 1 FROM snowflake_claims", what="the old primary's claim did not reach the standby")
+        s.wait_for("SELECT count(*) = 1 FROM snowflake_id.snowflake_claims", what="the old primary's claim did not reach the standby")
         s.promote()
         # A normal failover: the copy of the old primary's claim never
         # changes on the promoted one, so it says nothing.
@@ -300,7 +327,7 @@ def test_a_base_backup_running_beside_its_original_is_found_where_their_claims_m
         subscribe(r, "from_p", p, "pub")
         subscribe(r, "from_c", c, "pub", copy_data=False)
         wait_problem(r, "worker id 5 is claimed by two live servers")
-        names = r.one("SELECT string_agg(name, ',' ORDER BY name) FROM snowflake_claims WHERE worker_id = 5")
+        names = r.one("SELECT string_agg(name, ',' ORDER BY name) FROM snowflake_id.snowflake_claims WHERE worker_id = 5")
         assert names == "claims-copy-c,claims-copy-p", names
 
 
@@ -332,7 +359,7 @@ def test_bidirectional_pglogical(ids):
             w.sql("CREATE EXTENSION pglogical")
             w.sql(f"SELECT pglogical.create_node(node_name := '{w.name.replace('-', '_')}', dsn := '{dsn(w)}')")
             w.sql("SELECT pglogical.replication_set_add_table('default', 't')")
-            w.sql("SELECT pglogical.replication_set_add_table('default', 'snowflake_claims')")
+            w.sql("SELECT pglogical.replication_set_add_table('default', 'snowflake_id.snowflake_claims')")
         for w, other in ((a, b), (b, a)):
             w.sql(f"SELECT pglogical.create_subscription(subscription_name := 'from_{other.name[-1]}',"
                   f" provider_dsn := '{dsn(other)}', synchronize_data := false, forward_origins := '{{}}')")
@@ -356,9 +383,9 @@ def test_bidirectional_pglogical(ids):
         assert a.sql("SELECT id, origin FROM t ORDER BY id") == b.sql("SELECT id, origin FROM t ORDER BY id")
         assert not set(ids_a) & set(ids_b)
         for w in (a, b):
-            # On snowflake_claims pglogical may log one skipped remote DELETE
+            # On snowflake_id.snowflake_claims pglogical may log one skipped remote DELETE
             # of a claim it had not received yet (each refresh deletes and
             # inserts the row): harmless. None on the data.
             conflicts = [line for line in w.log_text().splitlines() if "CONFLICT" in line]
-            assert all("relation public.snowflake_claims" in line for line in conflicts), conflicts[:3]
+            assert all("relation snowflake_id.snowflake_claims" in line for line in conflicts), conflicts[:3]
         print(f"pglogical {ids}: {len(ids_a)} + {len(ids_b)} rows on both, 0 conflicts")

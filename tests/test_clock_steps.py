@@ -36,7 +36,7 @@ class Load:
 
 
 def counters(srv):
-    return srv.sql("SELECT waits, extract(epoch FROM wait_time)::float8, errors FROM snowflake_status")[0]
+    return srv.sql("SELECT waits, extract(epoch FROM wait_time)::float8, errors FROM snowflake_id.snowflake_status")[0]
 
 
 def assert_increasing(ids):
@@ -62,9 +62,9 @@ def test_a_step_back_within_max_lead_is_absorbed_without_wait_or_error(clocked):
     assert not load.errors, load.errors[:3]
     assert counters(srv)[0] == waits_before, "a caller waited"
     assert_increasing(ids)
-    steps = srv.one("SELECT clock_steps_back FROM snowflake_status")
+    steps = srv.one("SELECT clock_steps_back FROM snowflake_id.snowflake_status")
     assert steps >= 1, "the background writer did not see the step"
-    lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_status")
+    lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_id.snowflake_status")
     print(f"{len(ids)} IDs across a 5 s step back; IDs now lead the clock by {lead:.2f} s")
 
 
@@ -125,7 +125,7 @@ def test_a_forward_jump_of_forty_days_has_a_way_out_that_works(clocked):
     assert state == "55000", (state, message)
     # Days: more than an int of milliseconds (24.8 days) can hold.
     assert re.search(r"snowflake_id.max_lead = '4[01]d'", hint), hint
-    assert srv.one("SELECT problem FROM snowflake_status") == message
+    assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == message
     # Follow the hint to the letter.
     statement = hint[hint.index("ALTER SYSTEM"):]
     srv.sql(statement.split(";")[0])
@@ -133,4 +133,4 @@ def test_a_forward_jump_of_forty_days_has_a_way_out_that_works(clocked):
     assert srv.one("SHOW snowflake_id.max_lead") in ("40d", "41d")
     after = srv.one("SELECT snowflake_nextval()")
     assert after > ahead
-    assert srv.one("SELECT problem FROM snowflake_status") is None
+    assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None

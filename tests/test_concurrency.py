@@ -63,7 +63,7 @@ def test_eight_sessions_never_collide_and_each_sees_its_ids_increase():
         )
         assert rows[0][0] is True
         assert rows[0][1] < 60, rows
-        status = srv.sql("SELECT ids_issued, errors FROM snowflake_status")[0]
+        status = srv.sql("SELECT ids_issued, errors FROM snowflake_id.snowflake_status")[0]
         # This server issued these IDs and no others.
         assert status == (total, 0), status
         print(f"{total} IDs from {SESSIONS} sessions in {elapsed:.1f} s, all unique and per-session increasing")

@@ -89,7 +89,7 @@ def test_kill_9_of_a_backend_under_load_then_the_clock_60_s_back():
         after = Load(srv, sessions=4, target=400_000).join()
         assert_unique(before + after)
         assert min(after) > max(before), "an ID after the crash is below one from before it"
-        steps = srv.one("SELECT clock_steps_back FROM snowflake_status")
+        steps = srv.one("SELECT clock_steps_back FROM snowflake_id.snowflake_status")
         print(f"{len(before)} IDs before the crash, {len(after)} after it and a 60 s step back: all unique; steps seen: {steps}")
 
 
@@ -125,24 +125,24 @@ def test_clean_restart_with_the_clock_stepped_back():
         after = Load(srv, sessions=2, target=50_000).join()
         assert_unique(before + after)
         assert min(after) > max(before)
-        lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_status")
+        lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_id.snowflake_status")
         assert 500 < lead <= 3600, f"IDs should run ~10 min ahead of the stepped-back clock, not {lead} s"
 
 
 def test_the_background_writer_comes_back_after_sigterm_and_its_absence_shows():
     with server("reserver-term") as srv:
-        old = srv.one("SELECT reserver_pid FROM snowflake_status")
-        assert old and srv.one("SELECT problem FROM snowflake_status") is None
+        old = srv.one("SELECT reserver_pid FROM snowflake_id.snowflake_status")
+        assert old and srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None
         os.kill(old, signal.SIGTERM)
         # Absent: the status says so while it is (the postmaster waits a
         # second before it starts the writer again), and IDs still come.
-        srv.wait_for("SELECT reserver_pid IS NULL FROM snowflake_status", timeout=10)
-        problem = srv.one("SELECT problem FROM snowflake_status")
+        srv.wait_for("SELECT reserver_pid IS NULL FROM snowflake_id.snowflake_status", timeout=10)
+        problem = srv.one("SELECT problem FROM snowflake_id.snowflake_status")
         assert problem.startswith("the background writer (snowflake_id reserver) is not running"), problem
         assert srv.one("SELECT snowflake_nextval()") > 0
-        srv.wait_for("SELECT reserver_pid IS NOT NULL FROM snowflake_status", timeout=30,
+        srv.wait_for("SELECT reserver_pid IS NOT NULL FROM snowflake_id.snowflake_status", timeout=30,
                      what="the postmaster did not restart the background writer")
-        new = srv.one("SELECT reserver_pid FROM snowflake_status")
+        new = srv.one("SELECT reserver_pid FROM snowflake_id.snowflake_status")
         assert new != old and os.path.exists(f"/proc/{new}")
-        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None
         assert f"(PID {old}) exited with exit code 1" in srv.log_text()

@@ -13,7 +13,7 @@ STATE = "snowflake_id.state"
 
 
 def writes(srv):
-    return srv.sql("SELECT mark_writes, mark_writes_by_callers FROM snowflake_status")[0]
+    return srv.sql("SELECT mark_writes, mark_writes_by_callers FROM snowflake_id.snowflake_status")[0]
 
 
 def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
@@ -54,7 +54,7 @@ def test_one_damaged_slot_never_leads_to_a_reissue():
     with server("damaged-slot", conf=conf) as srv:
         for slot in (0, 512):
             old = [r[0] for r in srv.sql("SELECT snowflake_nextval_batch(300000)")]
-            lead = srv.one("SELECT extract(epoch FROM largest_lead) FROM snowflake_status")
+            lead = srv.one("SELECT extract(epoch FROM largest_lead) FROM snowflake_id.snowflake_status")
             assert lead > 2, f"the burst ran only {lead} s ahead"
             # A clean stop: nothing is replayed at start, the file alone decides.
             srv.stop("fast")
@@ -111,9 +111,9 @@ def test_a_synchronous_standby_that_never_answers_bounds_the_wait_and_shows():
         state, message, hint = srv.error("SET statement_timeout = '30s'; SELECT snowflake_nextval()")
         assert state == "55000" and message.startswith("no synchronous standby confirmed"), (state, message)
         assert "synchronous_standby_names" in hint, hint
-        assert srv.one("SELECT problem FROM snowflake_status") == message
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == message
         # Dropping the standby from the settings is the way out; no restart.
         srv.sql("ALTER SYSTEM RESET synchronous_standby_names")
         srv.reload_and_wait()
-        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None
         assert srv.one("SELECT snowflake_nextval()") > 0

@@ -1,7 +1,9 @@
 """The client examples in examples/ against a real server, in the default
 layout (IDs above 2^53: a JavaScript Number loses them) and in js53 (every
 ID fits). Each example checks itself and exits non-zero if an exact way of
-reading IDs is not."""
+reading IDs is not. They run as an application's role: no superuser, the
+owner of its database, which installs the extension there itself (it is
+trusted, as pgcrypto is)."""
 
 import os
 import subprocess
@@ -14,7 +16,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examp
 
 
 def run(s, *command):
-    env = {**os.environ, "PGHOST": s.dir, "PGPORT": str(s.port), "PGUSER": "postgres", "PGDATABASE": "postgres"}
+    env = {**os.environ, "PGHOST": s.dir, "PGPORT": str(s.port), "PGUSER": "app", "PGDATABASE": "appdb"}
     out = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=120)
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -24,6 +26,10 @@ def run(s, *command):
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_the_examples_read_ids_exactly(layout):
     with server(f"examples-{layout}", conf={"snowflake_id.worker_id": 3, "snowflake_id.layout": f"'{layout}'"}) as s:
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("CREATE DATABASE appdb OWNER app")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="app")
+        assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
         node = run(s, "node", "node/ids.js")
         python = run(s, "/usr/bin/python3", "python/ids.py")
         assert f"server layout: {layout}" in node and f"server layout: {layout}" in python

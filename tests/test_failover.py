@@ -125,7 +125,7 @@ def check_standby_refuses(s, p):
     assert code == "25006", (code, msg)
     src, problem, replayed, mark_ok = s.sql(
         "SELECT mark_source, problem, marks_replayed, durable_mark >= (SELECT max(snowflake_timestamp(id)) FROM t)"
-        " FROM snowflake_status")[0]
+        " FROM snowflake_id.snowflake_status")[0]
     assert (src, problem) == ("WAL replay", "cannot issue snowflake IDs during recovery")
     assert replayed > 0 and mark_ok
 
@@ -145,7 +145,7 @@ def test_failover_to_a_standby_whose_clock_is_behind(behind_s):
         print(f"hints followed: {load.hints_followed}; errors: {load.errors[:3]}")
         assert not load.errors, load.errors[:3]
         compare(old, new, replayed)
-        assert s.sql("SELECT mark_source, mark_timeline FROM snowflake_status")[0] == ("written here", 2)
+        assert s.sql("SELECT mark_source, mark_timeline FROM snowflake_id.snowflake_status")[0] == ("written here", 2)
 
 
 def test_a_standby_refuses_at_any_clock_offset():
@@ -177,7 +177,7 @@ def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
         receiver = s.one("SELECT pid FROM pg_stat_wal_receiver")
         os.kill(receiver, signal.SIGSTOP)
         time.sleep(2)
-        waits, wait_ms = p.sql("SELECT standby_waits, extract(epoch FROM standby_wait_time) * 1000 FROM snowflake_status")[0]
+        waits, wait_ms = p.sql("SELECT standby_waits, extract(epoch FROM standby_wait_time) * 1000 FROM snowflake_id.snowflake_status")[0]
         print(f"marks confirmed by the synchronous standby: {waits}, {float(wait_ms) / max(waits, 1):.2f} ms each on average"
               " (the last one waited out the frozen receiver)")
         p.stop("immediate")
@@ -302,4 +302,4 @@ def test_crash_recovery_without_the_state_file():
         new = new_load.join()
         assert not new_load.errors, new_load.errors[:3]
         compare(old, new)
-        assert srv.one("SELECT marks_replayed FROM snowflake_status") > 0
+        assert srv.one("SELECT marks_replayed FROM snowflake_id.snowflake_status") > 0

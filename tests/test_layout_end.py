@@ -35,7 +35,7 @@ def test_a_layout_near_its_end_warns_each_session_once_and_the_server_log_daily(
         other = srv.connect()
         other.cursor().execute("SELECT snowflake_nextval()")
         assert any("runs out of time in 8 days" in n for n in other.notices), other.notices
-        left = srv.one("SELECT extract(epoch FROM time_left)::float8 FROM snowflake_status")
+        left = srv.one("SELECT extract(epoch FROM time_left)::float8 FROM snowflake_id.snowflake_status")
         assert 8 * 86400 < left < 9 * 86400, left
         deadline = time.time() + 5
         while "runs out of time" not in srv.log_text() and time.time() < deadline:
@@ -85,5 +85,5 @@ def test_the_last_tick_ends_generation_with_an_error_never_a_wrap():
                     raise AssertionError(f"{query} returned {cur2.fetchall()} after the layout's end")
                 except psycopg2.Error as e:
                     assert e.pgcode == "2200H", (e.pgcode, e.pgerror)
-        errors = srv.one("SELECT errors FROM snowflake_status")
+        errors = srv.one("SELECT errors FROM snowflake_id.snowflake_status")
         assert errors >= 3

@@ -7,7 +7,7 @@ from harness import server
 
 def test_without_preloading_generation_says_how_to_fix_it():
     with server("not-preloaded", preload=False, conf={"shared_preload_libraries": "'pg_stat_statements'"}) as srv:
-        for call in ["SELECT snowflake_nextval()", "SELECT snowflake_nextval_batch(10)", "SELECT * FROM snowflake_status"]:
+        for call in ["SELECT snowflake_nextval()", "SELECT snowflake_nextval_batch(10)", "SELECT * FROM snowflake_id.snowflake_status"]:
             state, message, hint = srv.error(call)
             assert state == "55000", (call, state, message)
             assert "shared_preload_libraries" in message, message

@@ -139,7 +139,7 @@ def _check_generates(sql, major):
                " bool_and(snowflake_timestamp(id) BETWEEN now() - interval '1 minute' AND clock_timestamp())"
                " FROM orders")
     assert rows == [(1000, True, True, True)]
-    assert sql("SELECT worker_id FROM snowflake_status") == [(7,)]
+    assert sql("SELECT worker_id FROM snowflake_id.snowflake_status") == [(7,)]
 
 
 def test_the_system_package_installs_with_apt_and_serves_a_cluster_made_the_debian_way():

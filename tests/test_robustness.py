@@ -43,7 +43,7 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
         # Rows that name a's own system identifier: the README's row filter
         # passes them on. Written past the guard, as only a superuser can.
         a.sql(f"""SET session_replication_role = replica;
-            INSERT INTO snowflake_claims VALUES
+            INSERT INTO snowflake_id.snowflake_claims VALUES
               (5, {sysid(a)}, 1, 991, 'infinite', '-infinity', 'infinity'),
               (-1, {sysid(a)}, 1, 992, repeat('x', 5000), now(), now()),
               (7, {sysid(a)}, 0, 993, 'no timeline', now(), now())""")
@@ -61,8 +61,8 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
         # a, which receives nothing, keeps refreshing its own claim and shows
         # the first row it skips.
         assert "skipped" in problem(a), problem(a)
-        first = a.one(f"SELECT last_seen FROM snowflake_claims WHERE name = 'poison-a'")
-        a.wait_for(f"SELECT last_seen > '{first}' FROM snowflake_claims WHERE name = 'poison-a'")
+        first = a.one(f"SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'poison-a'")
+        a.wait_for(f"SELECT last_seen > '{first}' FROM snowflake_id.snowflake_claims WHERE name = 'poison-a'")
 
 
 def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_claim_time():
@@ -73,19 +73,19 @@ def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_cl
         publish(a, "pub")
         subscribe(b, "from_a", a, "pub")
         wait_problem(b, 'worker id 5 is also claimed by the live server "trunc-a"')
-        claimed = a.one("SELECT claimed_at FROM snowflake_claims")
+        claimed = a.one("SELECT claimed_at FROM snowflake_id.snowflake_claims")
         # Refused even for a superuser: the guard says how to do it on purpose.
-        code, _, hint = a.error("TRUNCATE snowflake_claims")
+        code, _, hint = a.error("TRUNCATE snowflake_id.snowflake_claims")
         assert code == "42501" and "session_replication_role" in hint
-        a.sql("SET session_replication_role = replica; TRUNCATE snowflake_claims")
+        a.sql("SET session_replication_role = replica; TRUNCATE snowflake_id.snowflake_claims")
         # The worker writes the claim again, with the time it remembers;
         # the subscriber, which still holds the old row, takes the new one
         # in its place instead of stopping on a duplicate key.
         wait_claims(a, 1, "a did not claim again")
-        assert a.one("SELECT claimed_at FROM snowflake_claims") == claimed
+        assert a.one("SELECT claimed_at FROM snowflake_id.snowflake_claims") == claimed
         a.sql("INSERT INTO t (id, origin) VALUES (42, 'after the truncate')")
         b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 42", what="the subscription stopped")
-        assert b.one("SELECT claimed_at FROM snowflake_claims WHERE name = 'trunc-a'") == claimed
+        assert b.one("SELECT claimed_at FROM snowflake_id.snowflake_claims WHERE name = 'trunc-a'") == claimed
         assert "duplicate key" not in b.log_text()
         # Who stops has not changed: b claimed later, b still refuses.
         time.sleep(3)
@@ -93,7 +93,7 @@ def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_cl
         a.sql("SELECT snowflake_nextval()")
         # Emptied on the refusing side, the other's claim counts until it
         # would go stale, and comes back with a's next refresh.
-        b.sql("SET session_replication_role = replica; TRUNCATE snowflake_claims")
+        b.sql("SET session_replication_role = replica; TRUNCATE snowflake_id.snowflake_claims")
         for _ in range(12):
             assert b.error("SELECT snowflake_nextval()")[0] == "55000"
             time.sleep(0.5)
@@ -105,14 +105,14 @@ def test_a_template_database_is_refused_and_create_database_keeps_working():
         made.append(s)
         s.start()
         s.sql("CREATE EXTENSION snowflake_id")
-        s.wait_for("SELECT problem LIKE '%names the template database \"template1\"%' FROM snowflake_status")
+        s.wait_for("SELECT problem LIKE '%names the template database \"template1\"%' FROM snowflake_id.snowflake_status")
         for i in range(5):
             s.sql(f"CREATE DATABASE copy{i}")
         s.sql("CREATE DATABASE tpl IS_TEMPLATE true")
         s.sql("CREATE EXTENSION snowflake_id", dbname="tpl")
         s.set_conf(snowflake_id__claims_database="'tpl'")
         s.restart()
-        s.wait_for("SELECT problem LIKE '%names the template database \"tpl\"%' FROM snowflake_status")
+        s.wait_for("SELECT problem LIKE '%names the template database \"tpl\"%' FROM snowflake_id.snowflake_status")
         # A role that neither owns it nor is a superuser: nothing sends the
         # worker away for it, so the worker is not there to begin with.
         s.sql("CREATE ROLE copier LOGIN CREATEDB")
@@ -145,13 +145,13 @@ def test_the_claims_databases_owner_can_drop_rename_and_copy_it():
         wait_claims_in(s, "claims", fresh=True)
         time.sleep(max(0.0, sent + 10.5 - time.time()))
         s.sql("ALTER DATABASE claims RENAME TO claims_renamed", user="owner")
-        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_status")
+        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_id.snowflake_status")
         time.sleep(10.5)
         s.sql("ALTER DATABASE claims_renamed RENAME TO claims", user="owner")
         wait_claims_in(s, "claims", fresh=True)
         time.sleep(10.5)
         s.sql("DROP DATABASE claims", user="owner")
-        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_status")
+        s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_id.snowflake_status")
         s.sql("SELECT snowflake_nextval()")
 
 
@@ -165,9 +165,9 @@ def wait_claims_in(s, db, fresh=False):
     deadline = time.time() + DETECT_TIMEOUT_S
     while True:
         with contextlib.suppress(psycopg2.Error):
-            if s.one(f"SELECT count(*) > 0 FROM snowflake_claims WHERE last_seen > '{since}'", dbname=db):
+            if s.one(f"SELECT count(*) > 0 FROM snowflake_id.snowflake_claims WHERE last_seen > '{since}'", dbname=db):
                 return
-        assert time.time() < deadline, f"no claim kept in {db}: {s.one('SELECT problem FROM snowflake_status')}"
+        assert time.time() < deadline, f"no claim kept in {db}: {s.one('SELECT problem FROM snowflake_id.snowflake_status')}"
         time.sleep(0.2)
 
 
@@ -189,12 +189,12 @@ def test_claims_a_subscription_applies_as_another_role_are_skipped_and_the_rest_
         b.sql("ALTER SUBSCRIPTION from_a SET (run_as_owner = true, password_required = false)")
         b.sql("ALTER SUBSCRIPTION from_a OWNER TO repl")
         b.sql("ALTER SUBSCRIPTION from_a ENABLE")
-        before = b.one("SELECT last_seen FROM snowflake_claims WHERE name = 'untrusted-a'")
+        before = b.one("SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'untrusted-a'")
         a.sql("INSERT INTO t (id, origin) VALUES (7, 'through an untrusted apply')")
         b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 7", what="the application's rows stopped")
         wait_log(b, "claims arriving by this replication are skipped")
         time.sleep(3)
-        assert b.one("SELECT last_seen FROM snowflake_claims WHERE name = 'untrusted-a'") == before
+        assert b.one("SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'untrusted-a'") == before
 
 
 # --- snowflake_convert --------------------------------------------------------

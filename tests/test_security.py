@@ -64,7 +64,7 @@ def superuser(srv, role):
     return srv.one("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,))
 
 
-def own_claim_seen(srv, db, table="public.snowflake_claims"):
+def own_claim_seen(srv, db, table="snowflake_id.snowflake_claims"):
     # This test session's own timeouts, whatever the database's owner set.
     return srv.one(f"SET statement_timeout = 0; SELECT max(last_seen) FROM {table} WHERE system_identifier = "
                    "(SELECT system_identifier FROM pg_control_system())", dbname=db)
@@ -72,10 +72,10 @@ def own_claim_seen(srv, db, table="public.snowflake_claims"):
 
 def problem(srv):
     """The status's problem (every server here has the extension in postgres too)."""
-    return srv.one("SELECT problem FROM public.snowflake_status")
+    return srv.one("SELECT problem FROM snowflake_id.snowflake_status")
 
 
-def claims_kept(srv, db, table="public.snowflake_claims"):
+def claims_kept(srv, db, table="snowflake_id.snowflake_claims"):
     """Waits for this server's claim, then sees it refreshed again."""
     srv.wait_for_in(db, f"SET statement_timeout = 0; SELECT count(*) > 0 FROM {table}",
                     what=f"no claim written: {problem(srv)}")
@@ -125,12 +125,59 @@ def test_overloads_planted_by_the_claims_databases_owner_never_run_as_the_worker
             CREATE TRIGGER trap BEFORE INSERT ON public.snowflake_claims FOR EACH ROW EXECUTE FUNCTION public.trap_row();
             ALTER DATABASE claims SET search_path = public, ext;
         """, dbname="claims", user="mallory")
-        claims_kept(srv, "claims", "ext.snowflake_claims")
+        claims_kept(srv, "claims", "snowflake_id.snowflake_claims")
         time.sleep(WATCH_S)
         assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
         assert srv.one("SELECT count(*) FROM public.snowflake_claims", dbname="claims") == 0
         assert not superuser(srv, "mallory")
         assert problem(srv) is None
+
+
+def test_a_database_owner_installs_it_without_gaining_anything():
+    """Trusted, as pgcrypto is: the owner of a database creates it there
+    (the scripts run as the bootstrap superuser), with traps planted in the
+    schema it goes into. Nothing of theirs runs as the superuser, and they
+    get none of what needs one."""
+    with servers() as made:
+        srv = claims_server(made, "sec_trusted", db="appdb")
+        srv.sql("CREATE ROLE owner LOGIN")
+        srv.sql("CREATE DATABASE appdb OWNER owner")
+        srv.sql(traps("owner"), dbname="appdb", user="owner")
+        srv.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="owner")
+        claims_kept(srv, "appdb")
+        time.sleep(WATCH_S)
+        assert srv.sql("SELECT * FROM public.trap_log", dbname="appdb") == []
+        assert not superuser(srv, "owner")
+        # The extension is the owner's; its objects are the bootstrap
+        # superuser's, the claims and the status in a schema of their own.
+        assert srv.one("SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'snowflake_id'",
+                       dbname="appdb") == "owner"
+        assert srv.sql("SELECT DISTINCT pg_get_userbyid(p.proowner)::text FROM pg_proc p"
+                       " JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'"
+                       " JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'",
+                       dbname="appdb") == [("postgres",)]
+        assert srv.one("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'snowflake_id'",
+                       dbname="appdb") == "postgres"
+        assert srv.one("SELECT snowflake_nextval() > 0", dbname="appdb", user="owner") is True
+        for statement, code in [
+            ("SELECT snowflake_resume_above(1)", "42501"),
+            ("SELECT snowflake_adopt_settings()", "42501"),
+            ("SELECT * FROM snowflake_status()", "42501"),
+            ("SELECT * FROM snowflake_id.snowflake_status", "42501"),
+            ("SELECT * FROM snowflake_id.snowflake_claims", "42501"),
+            ("DROP TABLE snowflake_id.snowflake_claims", "42501"),
+            ("DROP SCHEMA snowflake_id CASCADE", "42501"),
+            ("GRANT EXECUTE ON FUNCTION snowflake_resume_above(bigint) TO owner", "42501"),
+            ("CREATE TABLE snowflake_id.t (i int)", "42501"),
+        ]:
+            assert srv.error(statement, dbname="appdb", user="owner")[0] == code, statement
+        # A role without CREATE on the database cannot install it.
+        srv.sql("CREATE ROLE stranger LOGIN")
+        srv.sql("CREATE DATABASE other")
+        assert srv.error("CREATE EXTENSION snowflake_id", dbname="other", user="stranger")[0] == "42501"
+        # Dropping it is the owner's to do, in their own database.
+        srv.sql("DROP EXTENSION snowflake_id", dbname="appdb", user="owner")
+        assert srv.one("SELECT count(*) FROM pg_namespace WHERE nspname = 'snowflake_id'", dbname="appdb") == 0
 
 
 def test_overloads_planted_by_any_role_where_public_is_open_never_run_as_the_worker():
@@ -208,21 +255,21 @@ def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
         srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data, pg_read_all_data")
         srv.sql("CREATE ROLE mallory LOGIN")
         claims_kept(srv, "postgres")
-        me = srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_claims")[0]
-        forged = ("INSERT INTO snowflake_claims VALUES (1, 42, 1, 7, 'forged', now() - interval '1 day', now())")
+        me = srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_id.snowflake_claims")[0]
+        forged = ("INSERT INTO snowflake_id.snowflake_claims VALUES (1, 42, 1, 7, 'forged', now() - interval '1 day', now())")
         for role in ("writer", "mallory"):
-            for statement in (forged, "UPDATE snowflake_claims SET last_seen = now()",
-                              "DELETE FROM snowflake_claims", "TRUNCATE snowflake_claims"):
+            for statement in (forged, "UPDATE snowflake_id.snowflake_claims SET last_seen = now()",
+                              "DELETE FROM snowflake_id.snowflake_claims", "TRUNCATE snowflake_id.snowflake_claims"):
                 code, message, _ = srv.error(statement, user=role)
                 assert code == "42501", (role, statement, code, message)
         with contextlib.closing(srv.connect(user="writer")) as conn, conn.cursor() as cur:
             with pytest.raises(psycopg2.errors.InsufficientPrivilege):
-                cur.copy_expert("COPY snowflake_claims FROM STDIN",
+                cur.copy_expert("COPY snowflake_id.snowflake_claims FROM STDIN",
                                 io.StringIO("1\t42\t1\t7\tforged\t2020-01-01\t2030-01-01\n"))
         code, message, hint = srv.error(forged, user="writer")
-        assert message == "snowflake_claims is written only by the claims worker and by replication", message
+        assert message == "snowflake_id.snowflake_claims is written only by the claims worker and by replication", message
         assert "session_replication_role" in hint, hint
-        assert srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_claims") == [me]
+        assert srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_id.snowflake_claims") == [me]
         srv.sql("SELECT snowflake_nextval()", user="writer")
         assert problem(srv) is None
 
@@ -361,10 +408,10 @@ def test_only_the_tables_owner_applies_replicated_claims():
         srv.sql("GRANT SET ON PARAMETER session_replication_role TO writer")
         claims_kept(srv, "postgres")
         code, message, _ = srv.error("SET session_replication_role = replica; "
-                                     "INSERT INTO snowflake_claims VALUES (1, 42, 1, 7, 'forged', now(), now())",
+                                     "INSERT INTO snowflake_id.snowflake_claims VALUES (1, 42, 1, 7, 'forged', now(), now())",
                                      user="writer")
         assert code == "42501", (code, message)
-        assert srv.one("SELECT count(*) FROM snowflake_claims") == 1
+        assert srv.one("SELECT count(*) FROM snowflake_id.snowflake_claims") == 1
 
 
 def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fatal():
@@ -388,8 +435,8 @@ def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fa
         # This session gets the owner's defaults too: set its own.
         holder.cursor().execute("SET exit_on_error = off; RESET SESSION AUTHORIZATION; SET ROLE NONE; "
                                 "SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0; "
-                                "SET lock_timeout = 0; LOCK TABLE public.snowflake_claims IN ACCESS EXCLUSIVE MODE")
-        srv.wait_for("SELECT problem LIKE '%lock timeout%' FROM snowflake_status")
+                                "SET lock_timeout = 0; LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
+        srv.wait_for("SELECT problem LIKE '%lock timeout%' FROM snowflake_id.snowflake_status")
         holder.rollback()
         holder.close()
         claims_kept(srv, "claims")
@@ -397,12 +444,12 @@ def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fa
         # Made a template, it is left alone (and looked at again); a role
         # that may not send the worker away copies it.
         srv.sql("ALTER DATABASE claims IS_TEMPLATE true", user="mallory")
-        srv.wait_for("SELECT problem LIKE '%names the template database \"claims\"%' FROM snowflake_status")
+        srv.wait_for("SELECT problem LIKE '%names the template database \"claims\"%' FROM snowflake_id.snowflake_status")
         srv.sql("CREATE ROLE copier LOGIN CREATEDB")
         srv.sql("CREATE DATABASE copy TEMPLATE claims", user="copier")
         srv.sql("ALTER DATABASE claims IS_TEMPLATE false", user="mallory")
         claims_kept(srv, "claims")
-        srv.wait_for("SELECT problem IS NULL FROM snowflake_status", timeout=30)
+        srv.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
 
 
 def test_whoever_holds_the_claims_table_locked_is_named():
@@ -411,10 +458,10 @@ def test_whoever_holds_the_claims_table_locked_is_named():
         srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data")
         claims_kept(srv, "postgres")
         holder = srv.connect(user="writer", autocommit=False)
-        holder.cursor().execute("LOCK TABLE snowflake_claims IN ACCESS EXCLUSIVE MODE")
+        holder.cursor().execute("LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
         try:
-            srv.wait_for("SELECT problem LIKE '%the table is held by process % (role writer%' FROM snowflake_status")
+            srv.wait_for("SELECT problem LIKE '%the table is held by process % (role writer%' FROM snowflake_id.snowflake_status")
         finally:
             holder.rollback()
             holder.close()
-        srv.wait_for("SELECT problem IS NULL FROM snowflake_status")
+        srv.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status")

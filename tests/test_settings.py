@@ -29,7 +29,7 @@ def test_settings_problems_are_errors_on_use_and_logged_at_start():
     with server("settings-bad", conf={"snowflake_id.worker_id": None}) as srv:
         expect(srv, "SELECT snowflake_nextval()", "55000", "snowflake_id.worker_id is not set",
                "ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart PostgreSQL")
-        assert srv.one("SELECT problem FROM snowflake_status") == "snowflake_id.worker_id is not set"
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == "snowflake_id.worker_id is not set"
         # Decoding needs no worker id.
         assert srv.one("SELECT worker_id FROM snowflake_decode(4198400)") == 1
 
@@ -54,7 +54,7 @@ def test_settings_problems_are_errors_on_use_and_logged_at_start():
             restart_with(srv, **conf)
             expect(srv, "SELECT snowflake_nextval()", state, message, hint)
             # The server stays up and says what is wrong in its status too.
-            assert message in srv.one("SELECT problem FROM snowflake_status")
+            assert message in srv.one("SELECT problem FROM snowflake_id.snowflake_status")
 
         # A fixed wait setting takes effect on reload, without a restart.
         srv.set_conf(**{"snowflake_id.max_lead": "'1h'"})
@@ -75,7 +75,7 @@ def test_a_changed_layout_or_epoch_is_refused_until_adopted():
         msg = expect(srv, "SELECT snowflake_nextval()", "55000",
                      "this server's IDs were issued under the snowflake_id layout (epoch 2025-01-01 00:00:00+00), "
                      "but it now runs with the twitter layout", "SELECT snowflake_adopt_settings();")
-        assert srv.one("SELECT problem FROM snowflake_status") == msg
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == msg
         expect(srv, "SELECT snowflake_nextval_batch(5)", "55000", "were issued under")
 
         # Back to the old settings: generation resumes where it was.
@@ -138,7 +138,7 @@ def test_the_status_is_for_monitoring_roles_through_view_and_function_alike():
         srv.sql("CREATE ROLE app LOGIN")
         srv.one("SELECT snowflake_nextval()")
         for role, allowed in [("watcher", True), ("app", False)]:
-            for query in ["SELECT worker_id FROM snowflake_status", "SELECT worker_id FROM snowflake_status()"]:
+            for query in ["SELECT worker_id FROM snowflake_id.snowflake_status", "SELECT worker_id FROM snowflake_status()"]:
                 conn = srv.connect()
                 cur = conn.cursor()
                 cur.execute(f"SET ROLE {role}")
@@ -182,13 +182,13 @@ def test_a_bad_wait_setting_is_refused_until_a_reload_fixes_it():
         srv.set_conf(**{"snowflake_id.max_lead": "'junk'"})
         srv.reload_and_wait()
         expect(srv, "SELECT snowflake_nextval()", "22023", "snowflake_id.max_lead = 'junk'")
-        assert "'junk'" in srv.one("SELECT problem FROM snowflake_status")
+        assert "'junk'" in srv.one("SELECT problem FROM snowflake_id.snowflake_status")
         # Removing the line and reloading is enough: the default is what remains.
         srv.set_conf(**{"snowflake_id.max_lead": None})
         srv.reload_and_wait()
         assert srv.one("SHOW snowflake_id.max_lead") == "10s"
         assert srv.one("SELECT snowflake_nextval()") > 0
-        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None
         # A bad value after a good one: every session, old or new, refuses alike.
         old = srv.connect().cursor()
         old.execute("SELECT snowflake_nextval()")
@@ -221,7 +221,7 @@ def test_problem_is_the_error_the_next_call_raises():
             ({"snowflake_id.epoch": None, "snowflake_id.layout": "'twitter'"}, "55000", "were issued under"),
         ]:
             restart_with(srv, **conf)
-            problem = srv.one("SELECT problem FROM snowflake_status")
+            problem = srv.one("SELECT problem FROM snowflake_id.snowflake_status")
             got, message, _ = srv.error("SELECT snowflake_nextval()")
             # The same error, but for the clock reading some messages quote.
             clock = re.compile(r"the system clock reads [^,]*,")
@@ -236,13 +236,13 @@ def test_problem_is_the_error_the_next_call_raises():
         os.chmod(path, 0o444)
         try:
             # While the mark is ahead, the next call needs no write: no problem yet.
-            assert srv.one("SELECT problem FROM snowflake_status WHERE durable_mark > clock_timestamp() + interval '200 ms'") is None
-            srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_status", timeout=30)
-            problem = srv.one("SELECT problem FROM snowflake_status")
+            assert srv.one("SELECT problem FROM snowflake_id.snowflake_status WHERE durable_mark > clock_timestamp() + interval '200 ms'") is None
+            srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_id.snowflake_status", timeout=30)
+            problem = srv.one("SELECT problem FROM snowflake_id.snowflake_status")
             assert problem.startswith('could not write the durable state file'), problem
             got, message, _ = srv.error("SELECT snowflake_nextval()")
             assert (got, message) == ("58030", problem)
         finally:
             os.chmod(path, 0o600)
         assert srv.one("SELECT snowflake_nextval()") > 0
-        assert srv.one("SELECT problem FROM snowflake_status") is None
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None

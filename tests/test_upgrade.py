@@ -30,7 +30,7 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
         assert srv.one("SELECT min(id) FROM t WHERE id > %s", (top,)) is not None
         assert srv.one("SELECT count(*) FROM t WHERE id > %s", (top,)) == 1000
-        assert srv.one("SELECT mark_source FROM snowflake_status") == "written here"
+        assert srv.one("SELECT mark_source FROM snowflake_id.snowflake_status") == "written here"
         assert "every new ID is above" in srv.one("SELECT snowflake_resume_above(max(id)) FROM t")
         assert srv.one("SELECT has_function_privilege('public', 'snowflake_resume_above(bigint)', 'EXECUTE')") is False
         # An updated extension is the same as a fresh install: functions, their
@@ -47,7 +47,7 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
                    coalesce(proconfig::text, '')
             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
-            UNION ALL SELECT relname, relkind::text,
+            UNION ALL SELECT c.oid::regclass::text, relkind::text,
                              (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod)
                                                 || CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END, ', '
                                                 ORDER BY attnum)
@@ -61,15 +61,26 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
                                        FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '')
             FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass AND d.deptype = 'e'
             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
+            -- the extension's own schema, who owns it and who may use it
+            UNION ALL SELECT 'schema ' || nspname, pg_get_userbyid(nspowner)::text, '', '', e.extrelocatable, '',
+                             coalesce(nspacl::text, ''), ''
+            FROM pg_namespace n JOIN pg_depend d ON d.objid = n.oid AND d.classid = 'pg_namespace'::regclass AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
             ORDER BY 1"""
         updated = srv.sql(catalog)
         with srv.connect(dbname="fresh") as conn, conn.cursor() as cur:
             cur.execute(catalog)
             assert updated == cur.fetchall()
         assert any("pg_read_all_stats" in row[6] for row in updated), updated
-        assert {row[0] for row in updated} >= {"snowflake_status", "snowflake_claims"}, updated
-        assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_claims"]
-        assert "A CREATE TRIGGER snowflake_claims_guard BEFORE" in dict((r[0], r[7]) for r in updated)["snowflake_claims"]
+        # The extension's table and view are out of the application's schema.
+        assert "schema snowflake_id" in {row[0] for row in updated}, updated
+        assert dict((r[0], r[4]) for r in updated)["schema snowflake_id"] is False  # not relocatable
+        assert "pg_read_all_stats=U/" in dict((r[0], r[6]) for r in updated)["schema snowflake_id"]
+        assert srv.one("SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+                       " AND relname LIKE 'snowflake%'") == 0
+        assert {row[0] for row in updated} >= {"snowflake_id.snowflake_status", "snowflake_id.snowflake_claims"}, updated
+        assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_id.snowflake_claims"]
+        assert "A CREATE TRIGGER snowflake_claims_guard BEFORE" in dict((r[0], r[7]) for r in updated)["snowflake_id.snowflake_claims"]
         # snowflake_convert pins its search path and turns row security off.
         assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean,boolean)"] \
             == "{\"search_path=pg_catalog, pg_temp\",row_security=off}"

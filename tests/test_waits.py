@@ -67,7 +67,7 @@ def test_statement_timeout_and_cancel_end_a_wait_for_the_clock_which_sleeps():
         # Interrupted waits cost nothing but time: generation goes on above.
         after = srv.one("SELECT snowflake_nextval()")
         assert after > before
-        waits = srv.one("SELECT waits FROM snowflake_status")
+        waits = srv.one("SELECT waits FROM snowflake_id.snowflake_status")
         assert waits >= 2
         print(f"waited and cancelled: statement_timeout after {took:.2f} s; {cpu_used:.3f} s CPU in 2 s of waiting")
 
@@ -122,7 +122,7 @@ def singles_beside_batches(srv, sessions, batch, calls):
         t.start()
     ids, errors = [], []
     try:
-        srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_status", timeout=60)
+        srv.wait_for("SELECT lead > interval '9 s' FROM snowflake_id.snowflake_status", timeout=60)
         cur = srv.connect().cursor()
         for _ in range(calls):
             try:
@@ -143,11 +143,11 @@ def test_single_calls_are_served_in_turn_beside_a_session_taking_batches():
     with server("waits-hog", conf=JS53) as srv:
         # A batch larger than the lead and max_wait allow is refused at once
         # and takes nothing.
-        before = srv.one("SELECT ids_issued FROM snowflake_status")
+        before = srv.one("SELECT ids_issued FROM snowflake_id.snowflake_status")
         state, message, hint = srv.error("SELECT count(*) FROM snowflake_nextval_batch(1000000)")
         assert state == "55000" and message.startswith("a batch of 1000000 IDs would have to wait"), (state, message)
         assert "Ask for at most" in hint, hint
-        assert srv.one("SELECT ids_issued FROM snowflake_status") == before
+        assert srv.one("SELECT ids_issued FROM snowflake_id.snowflake_status") == before
 
         ids, errors, got = singles_beside_batches(srv, sessions=2, batch=50000, calls=15)
         assert not errors, errors[:3]

@@ -16,7 +16,7 @@ def test_the_worker_id_is_the_number_ending_the_host_name_plus_the_offset():
     for host, offset, want in [("pg-3", 100, 103), ("orders-db-12", 0, 12)]:
         with server_named(f"host{want}", host, **{"snowflake_id.worker_id_offset": offset}) as srv:
             assert srv.one("SELECT current_setting('snowflake_id.worker_id')") == "-1"
-            status = srv.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_status")[0]
+            status = srv.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
             origin = f'host name "{host}"' + (f" ({want - offset} + snowflake_id.worker_id_offset {offset})" if offset else "")
             assert status == (want, origin, None)
             workers = srv.sql("SELECT DISTINCT (snowflake_decode(snowflake_nextval())).worker_id FROM generate_series(1, 100)")
@@ -31,7 +31,7 @@ def test_a_host_name_without_a_number_refuses_generation_and_says_why():
                            "snowflake_id.worker_id_source = 'hostname' cannot take a worker id from it")
         assert "StatefulSet" in hint and "snowflake_id.worker_id" in hint
         # No fallback: no worker id at all, and the status says why.
-        assert srv.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_status") == [(None, None, message)]
+        assert srv.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status") == [(None, None, message)]
         assert message in srv.log_text()
         # Decoding does not need a worker id.
         assert srv.one("SELECT (snowflake_decode(4096)).worker_id") == 1

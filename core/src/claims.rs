@@ -19,6 +19,9 @@ pub const REFRESH_MS: u64 = 2_000;
 /// replication that brought it stopped. Five refreshes: a busy apply worker
 /// or a short network stall does not make a live server look gone.
 pub const STALE_AFTER_MS: u64 = 5 * REFRESH_MS;
+/// The `last_seen` a claims worker writes when its server shuts down:
+/// 1970, stale to any server that first sees it.
+pub const ENDED_MS: UnixMs = 0;
 
 /// One server's identity as a claim names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -145,6 +148,15 @@ impl Claim {
             return format!(
                 "with system identifier {}, timeline {} (as this server last saw it before it restarted)",
                 self.who.system_identifier, self.who.timeline
+            );
+        }
+        if self.last_seen_ms == ENDED_MS {
+            return format!(
+                "\"{}\" (system identifier {}, timeline {}, claimed {}, stopped with its server)",
+                shown(&self.name),
+                self.who.system_identifier,
+                self.who.timeline,
+                format_instant(self.claimed_at_ms),
             );
         }
         let ago = (now_ms - self.last_seen_ms).max(0) as u64;
@@ -893,6 +905,39 @@ mod tests {
         assert_eq!(
             Observer::default().judge(&me, std::slice::from_ref(&recent), T0),
             vec![Finding::Refuse(recent)]
+        );
+    }
+
+    #[test]
+    fn a_claim_ended_at_shutdown_is_stale_to_a_newcomer_and_counts_on_for_a_watcher() {
+        // The upgraded cluster after pg_upgrade sees its old cluster's
+        // ended claim for the first time: nothing to refuse.
+        let me = claim(2, 1, 5, T0 + 60_000, T0 + 60_000);
+        let ended = claim(1, 1, 5, T0, ENDED_MS);
+        assert_eq!(
+            Observer::default().judge(&me, std::slice::from_ref(&ended), T0 + 60_000),
+            vec![]
+        );
+        // A server that watched the claim live sees it change: still
+        // counted for STALE_AFTER_MS, as after any refresh, then stale.
+        let mut watcher = Observer::default();
+        let live = claim(1, 1, 5, T0, T0 + 50_000);
+        assert_eq!(watcher.judge(&me, &[live], T0 + 50_000).len(), 1);
+        let seen = watcher.judge(&me, std::slice::from_ref(&ended), T0 + 51_000);
+        assert_eq!(seen, vec![Finding::Refuse(ended.clone())]);
+        assert!(seen[0]
+            .failure(T0 + 51_000)
+            .message
+            .contains("stopped with its server"));
+        assert_eq!(
+            watcher
+                .judge(
+                    &me,
+                    std::slice::from_ref(&ended),
+                    T0 + 51_000 + STALE_AFTER_MS as i64
+                )
+                .len(),
+            0
         );
     }
 

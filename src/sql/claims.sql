@@ -5,7 +5,16 @@
 -- README), it lets every server that receives another live server's claim
 -- on its own worker id know.
 -- Not dumped: a claim belongs to the server that wrote it.
-CREATE TABLE snowflake_claims (
+--
+-- The table and the status view live in a schema of the extension's own, not
+-- in the application's: schema tools (Alembic, drizzle-kit, ...) compare the
+-- application's schema with their models and would otherwise try to drop
+-- them. Created here, the schema is the extension's member: CREATE EXTENSION
+-- fails if a schema of that name exists already, so no role can own it.
+CREATE SCHEMA snowflake_id;
+-- Monitoring roles read the claims and the status there.
+GRANT USAGE ON SCHEMA snowflake_id TO pg_read_all_stats;
+CREATE TABLE snowflake_id.snowflake_claims (
     worker_id integer NOT NULL,
     system_identifier bigint NOT NULL,
     timeline bigint NOT NULL,
@@ -18,16 +27,16 @@ CREATE TABLE snowflake_claims (
 
 -- Written by the claims worker and by replication alone (see
 -- snowflake_claims_guard); readable by monitoring roles, as the status is.
-REVOKE ALL ON snowflake_claims FROM PUBLIC;
-GRANT SELECT ON snowflake_claims TO pg_read_all_stats;
-CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_claims
-    FOR EACH ROW EXECUTE FUNCTION snowflake_claims_guard();
-CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_claims
-    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_claims_guard();
+REVOKE ALL ON snowflake_id.snowflake_claims FROM PUBLIC;
+GRANT SELECT ON snowflake_id.snowflake_claims TO pg_read_all_stats;
+CREATE TRIGGER snowflake_claims_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_id.snowflake_claims
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.snowflake_claims_guard();
+CREATE TRIGGER snowflake_claims_guard_truncate BEFORE TRUNCATE ON snowflake_id.snowflake_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.snowflake_claims_guard();
 -- Both fire for what replication applies as well: a claim arriving again
 -- replaces the copy held here, and a role that may only set
 -- session_replication_role writes nothing.
-ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
-ALTER TABLE snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
+ALTER TABLE snowflake_id.snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard;
+ALTER TABLE snowflake_id.snowflake_claims ENABLE ALWAYS TRIGGER snowflake_claims_guard_truncate;
 -- Called by its triggers alone (which need no EXECUTE).
-REVOKE ALL ON FUNCTION snowflake_claims_guard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;

@@ -11,4 +11,4 @@ REVOKE ALL ON FUNCTION snowflake_resume_above(bigint) FROM PUBLIC;
 -- either may read the function and the view alike.
 REVOKE ALL ON FUNCTION snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_status TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;

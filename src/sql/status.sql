@@ -34,4 +34,5 @@ CREATE FUNCTION snowflake_status(
 RETURNS record VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
 
-CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
+-- The view beside the claims, in the extension's own schema (see claims.sql).
+CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake_status();

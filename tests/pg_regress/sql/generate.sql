@@ -42,4 +42,4 @@ SELECT count(*) AS future FROM orders WHERE id >= snowflake_from_timestamp(now()
 SELECT worker_id, layout, epoch, problem, ids_issued >= 15000 AS counted,
        last_id >= (SELECT max(id) FROM orders) AS last_id_is_latest,
        durable_mark >= last_id_time AS durable, reserver_pid IS NOT NULL AS writer_running
-  FROM snowflake_status;
+  FROM snowflake_id.snowflake_status;
