@@ -60,18 +60,24 @@ if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 
-# The client examples' packages (examples/node): pinned by its lock file.
-if [[ ! -f "$(dirname "$0")/../examples/node/node_modules/pg/package.json" ]]; then
-    say "Installing the Node.js example's packages (npm ci)"
-    (cd "$(dirname "$0")/../examples/node" && npm ci --no-audit --no-fund)
-fi
+# The client example's and the JavaScript recipes' packages (examples/node,
+# tests/apps/node), each pinned by its lock file; npm keeps what it
+# downloaded in ~/.npm, so a second clone installs from there.
+for dir in examples/node tests/apps/node; do
+    here="$(dirname "$0")/../$dir"
+    if [[ ! -f "$here/node_modules/.package-lock.json" || "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]]; then
+        say "Installing the Node.js packages of $dir (npm ci)"
+        (cd "$here" && npm ci --no-audit --no-fund)
+    fi
+done
 
-# The client libraries the tests drive (tests/drivers/requirements.txt),
+# The client libraries and frameworks the tests drive (tests/drivers/requirements.txt:
+# the drivers, and Django, SQLAlchemy and Alembic for tests/apps/python),
 # pinned, in a virtual environment outside the repository named after the
 # requirements' checksum: a second run reuses it.
 requirements="$(dirname "$0")/../tests/drivers/requirements.txt"
 venv="${SNOWFLAKE_VENV:-/var/cache/snowflake_id/venv-$(sha256sum "$requirements" | cut -c1-12)}"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import psycopg, asyncpg" 2>/dev/null; then
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import psycopg, asyncpg, django, sqlalchemy, alembic" 2>/dev/null; then
     say "Installing the client libraries the tests drive (pip, into $venv)"
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$venv"

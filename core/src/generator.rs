@@ -565,7 +565,7 @@ fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64, waited_ms: u64) -
     // The value is rounded up, by less than a day, when it is written out.
     .hint(match behind_ms.saturating_add(1000) {
         lead if lead.saturating_add(86_400_000) <= MAX_LEAD_LIMIT_MS => format!(
-            "If the clock was stepped back, IDs resume by themselves in {}. To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf();",
+            "IDs resume by themselves in {}, when this server's clock reaches the IDs already issued (here, or by the primary this server took over from). To issue IDs ahead of the clock now: ALTER SYSTEM SET snowflake_id.max_lead = '{}'; SELECT pg_reload_conf(); (under Patroni, in postgresql.parameters with patronictl edit-config, for every node).",
             format_duration(wait_ms),
             setting_value_at_least(lead)
         ),

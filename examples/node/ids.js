@@ -16,7 +16,7 @@ const { Client, types } = require('pg');
 async function main() {
   const client = new Client();
   await client.connect();
-  const { layout } = (await client.query('SELECT layout FROM snowflake_status')).rows[0];
+  const { layout } = (await client.query("SELECT current_setting('snowflake_id.layout') AS layout")).rows[0];
   console.log(`server layout: ${layout}`);
 
   await client.query(`CREATE TEMP TABLE notes (

@@ -21,7 +21,7 @@ def as_javascript_number(i):
 
 def main():
     with psycopg.connect(autocommit=True) as conn:
-        layout = conn.execute("SELECT layout FROM snowflake_status").fetchone()[0]
+        layout = conn.execute("SELECT current_setting('snowflake_id.layout') AS layout").fetchone()[0]
         print(f"server layout: {layout}")
         conn.execute("CREATE TEMP TABLE notes (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), body text)")
         # A hundred rows in one statement: most share a millisecond, so
