@@ -64,7 +64,7 @@ def test_an_unavailable_major_is_skipped_said_and_the_run_passes(tmp):
             for line in summary.splitlines()[3:] if line[:22].strip()}
     cells = lambda row: rows[row]
     assert cells("core: cargo test") == ["passed", "passed"], summary
-    for row in ("#[pg_test]", "regression files", "update from 0.1.0", "Debian package"):
+    for row in ("#[pg_test]", "regression files", "update, pg_upgrade", "Debian package"):
         assert cells(row) == ["not asked", "skipped (no source)"], (row, summary)
     # Again at the end, with the reason.
     assert "!!! PostgreSQL 17 was NOT tested: no source of PostgreSQL 17 could be had" in summary, summary
