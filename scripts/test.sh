@@ -150,7 +150,7 @@ schema() {
     fi
 }
 server_tests=(--ignore=tests/test_packages.py --ignore=tests/test_regress.py --ignore=tests/test_upgrade.py
-    --ignore=tests/test_pg_upgrade.py --ignore=tests/test_builds.py)
+    --ignore=tests/test_pg_upgrade.py --ignore=tests/test_builds.py --ignore=tests/apps)
 
 layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
 layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
