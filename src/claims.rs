@@ -256,7 +256,6 @@ unsafe extern "C-unwind" fn forget_pid(_code: i32, _arg: pg_sys::Datum) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
-    reserver::sigterm_ends_loop_only();
     reserver::handle_signals();
     let Some(st) = shmem::state() else { return };
     let Some(db) = settings::claims_database() else {
@@ -284,8 +283,22 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
         }
         sleep_on_latch(100);
     }
+    // Connecting waits for the database's lock without end (a RENAME of it
+    // in an open or prepared transaction holds it): until connected and
+    // pinned (lock_timeout), SIGTERM ends the wait, as it ends a backend's.
     connect(&db);
     pin_session();
+    // From here every wait is bounded by the pinned timeouts, and SIGTERM
+    // only asks the loop to end, so that a shutdown's last transaction
+    // (`release`) runs.
+    reserver::sigterm_ends_loop_only();
+    // SAFETY: this process's own interrupt flags: a SIGTERM that came
+    // before the switch still ends the loop (the flag), not a FATAL.
+    unsafe {
+        if reserver::terminating() {
+            pg_sys::ProcDiePending = 0;
+        }
+    }
     st.claims.trouble.set("");
     let mut keeper = Keeper::new(st, db);
     loop {
@@ -847,13 +860,22 @@ fn claims_table_oid() -> Option<pg_sys::Oid> {
 }
 
 /// Where the extension's claims table is found: as a member of the
-/// extension, not by name in a search path.
+/// extension, not by name in a search path. Being a member is not enough:
+/// the extension's owner, who may be any role with CREATE on the database
+/// (it is trusted), can add a table of its own to it (ALTER EXTENSION ADD),
+/// whose triggers would run as this worker. The install script's table is
+/// a plain table in the schema `snowflake_id`, both owned by a superuser,
+/// which no other role can create or give away to one.
 const CLAIMS_TABLE: &str = "FROM pg_catalog.pg_extension e \
      JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
           AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
           AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid AND c.relname OPERATOR(pg_catalog.=) 'snowflake_claims' \
+          AND c.relkind OPERATOR(pg_catalog.=) 'r' \
      JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+          AND n.nspname OPERATOR(pg_catalog.=) 'snowflake_id' \
+     JOIN pg_catalog.pg_authid t ON t.oid OPERATOR(pg_catalog.=) c.relowner AND t.rolsuper \
+     JOIN pg_catalog.pg_authid s ON s.oid OPERATOR(pg_catalog.=) n.nspowner AND s.rolsuper \
      WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id'";
 
 /// The extension's own claims table, schema-qualified and quoted: found as

@@ -654,13 +654,20 @@ fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String, St
 
 /// The extension's own `snowflake_nextval()`: the call a default makes
 /// (qualified, so it does not depend on the search_path) and its OID.
+/// Being the extension's member is not enough: its owner, who may be any
+/// role with CREATE on the database (the extension is trusted), can add
+/// a function of its own to it (ALTER EXTENSION ADD). Only a superuser can
+/// create a C function, and this one is the library's own symbol, in the
+/// extension's schema.
 fn snowflake_nextval(c: &SpiClient<'_>) -> (String, Option<pg_sys::Oid>) {
     let rows = spi(c.select(
         "SELECT format('%I.%I()', n.nspname, p.proname), p.oid FROM pg_proc p \
          JOIN pg_namespace n ON n.oid = p.pronamespace \
          JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e' \
          JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id' \
-         WHERE p.proname = 'snowflake_nextval' AND p.pronargs = 0",
+         JOIN pg_language l ON l.oid = p.prolang AND l.lanname = 'c' \
+         WHERE p.proname = 'snowflake_nextval' AND p.pronargs = 0 AND p.pronamespace = e.extnamespace \
+           AND p.prosrc = 'snowflake_nextval_wrapper'",
         None,
         &[],
     ));

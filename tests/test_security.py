@@ -16,6 +16,7 @@ unreachable by timeouts, and closed to connections."""
 
 import contextlib
 import io
+import os
 import time
 
 import psycopg2
@@ -178,6 +179,71 @@ def test_a_database_owner_installs_it_without_gaining_anything():
         # Dropping it is the owner's to do, in their own database.
         srv.sql("DROP EXTENSION snowflake_id", dbname="appdb", user="owner")
         assert srv.one("SELECT count(*) FROM pg_namespace WHERE nspname = 'snowflake_id'", dbname="appdb") == 0
+
+
+def test_objects_the_extensions_owner_adds_to_it_are_never_used_in_place_of_its_own():
+    """The owner of a trusted extension may add objects of its own to it
+    (ALTER EXTENSION ADD needs only that ownership). A table named
+    snowflake_claims so added, with a trigger, must not be what the claims
+    worker writes (as the bootstrap superuser); a function named
+    snowflake_nextval so added must not be the default a superuser's
+    snowflake_convert writes."""
+    with servers() as made:
+        srv = claims_server(made, "sec_added")
+        srv.sql("CREATE ROLE mallory LOGIN")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        srv.sql(traps("mallory"), dbname="claims", user="mallory")
+        srv.sql("""
+            CREATE SCHEMA aaa; CREATE SCHEMA zzz;
+            CREATE EXTENSION snowflake_id SCHEMA zzz;
+            CREATE TABLE public.snowflake_claims (worker_id integer, system_identifier bigint, timeline bigint,
+                instance bigint, name text, claimed_at timestamptz, last_seen timestamptz);
+            CREATE FUNCTION public.trap_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN PERFORM public.trap('added snowflake_claims'); RETURN NULL; END $$;
+            CREATE TRIGGER trap BEFORE INSERT OR UPDATE OR DELETE ON public.snowflake_claims
+                FOR EACH STATEMENT EXECUTE FUNCTION public.trap_stmt();
+            ALTER EXTENSION snowflake_id ADD TABLE public.snowflake_claims;
+            CREATE FUNCTION aaa.snowflake_nextval() RETURNS bigint LANGUAGE plpgsql AS $$
+                BEGIN PERFORM public.trap('added snowflake_nextval'); RETURN zzz.snowflake_nextval(); END $$;
+            ALTER EXTENSION snowflake_id ADD FUNCTION aaa.snowflake_nextval();
+            CREATE TABLE public.adm (id serial PRIMARY KEY, note text);
+        """, dbname="claims", user="mallory")
+        claims_kept(srv, "claims")
+        # A superuser converts a table of mallory's.
+        srv.sql("SELECT zzz.snowflake_convert('public.adm')", dbname="claims")
+        default = srv.one("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'public.adm'::regclass",
+                          dbname="claims")
+        assert default == "zzz.snowflake_nextval()", default
+        srv.sql("INSERT INTO public.adm (note) VALUES ('by a superuser')", dbname="claims")
+        time.sleep(WATCH_S)
+        assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
+        assert srv.one("SELECT count(*) FROM public.snowflake_claims", dbname="claims") == 0
+        assert not superuser(srv, "mallory")
+        assert problem(srv) is None
+
+
+def test_a_database_lock_held_open_stalls_neither_shutdown_nor_issuance():
+    """A rename of the claims database left in a prepared transaction holds
+    the database's lock for good: the claims worker, sent away and back,
+    waits for it. IDs are still issued, and a fast shutdown still ends."""
+    with servers() as made:
+        srv = claims_server(made, "sec_held", max_prepared_transactions=2)
+        srv.sql("CREATE ROLE mallory LOGIN CREATEDB")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        srv.sql("CREATE EXTENSION snowflake_id", dbname="claims")
+        claims_kept(srv, "claims")
+        conn = srv.connect(user="mallory", autocommit=False)
+        conn.cursor().execute("ALTER DATABASE claims RENAME TO claims_x")
+        conn.cursor().execute("PREPARE TRANSACTION 'hold'")
+        conn.close()
+        time.sleep(7)  # the worker is back from being sent away, and waits
+        assert srv.one("SELECT snowflake_nextval() > 0") is True
+        started = time.time()
+        srv.stop()
+        assert not os.path.exists(os.path.join(srv.data, "postmaster.pid")), \
+            f"the fast shutdown did not end in {time.time() - started:.0f} s"
+        srv.start()
+        srv.sql("ROLLBACK PREPARED 'hold'")
 
 
 def test_overloads_planted_by_any_role_where_public_is_open_never_run_as_the_worker():
