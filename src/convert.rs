@@ -125,6 +125,30 @@ fn snowflake_convert(
                 .map(|(_, c)| c.as_slice());
             convert::check_calls(&what, was.unwrap_or_default(), &now).or_raise();
         }
+        // The default was written as text (schema-qualified) and parsed again
+        // by ALTER TABLE: it must call the extension's own function, whatever
+        // the owner of that schema renamed or created in between.
+        let own = spi(Spi::connect(|c| {
+            Ok::<_, pgrx::spi::SpiError>(snowflake_nextval(c).1)
+        }));
+        let calls_own: Option<bool> = spi(Spi::get_one_with_args(
+            "SELECT EXISTS (SELECT 1 FROM pg_attrdef ad \
+                 JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
+                 JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid \
+                      AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = $3 \
+                 WHERE ad.adrelid = $1 AND a.attname = $2::name)",
+            &[tbl.into(), col.into(), own.into()],
+        ));
+        if own.is_none() || calls_own != Some(true) {
+            crate::errors::raise(
+                Failure::new(
+                    Class::NotSupported,
+                    format!("the default written on {} does not call snowflake_id's own snowflake_nextval()", facts.target.table),
+                )
+                .detail("The schema of the extension's functions changed while the table was converted (renamed, or another function put in its place).")
+                .hint("Nothing was converted. Check who owns that schema and what it holds, then run it again."),
+            );
+        }
         for v in &facts.views {
             let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
                 "SELECT $1::pg_catalog.regclass::pg_catalog.oid",

@@ -222,6 +222,46 @@ def test_objects_the_extensions_owner_adds_to_it_are_never_used_in_place_of_its_
         assert problem(srv) is None
 
 
+def test_a_schema_swapped_during_the_rewrite_cannot_plant_the_default():
+    """The default is written as schema-qualified text and parsed again by
+    ALTER TABLE, after the rewrite. The owner of the functions' schema
+    swaps it during the rewrite (from a CHECK of their table): the default
+    would call their function. The conversion must notice and undo all."""
+    with servers() as made:
+        srv = claims_server(made, "sec_swap")
+        srv.sql("CREATE ROLE mallory LOGIN")
+        srv.sql("CREATE DATABASE claims OWNER mallory")
+        srv.sql(traps("mallory"), dbname="claims", user="mallory")
+        srv.sql("""
+            CREATE SCHEMA zzz;
+            CREATE EXTENSION snowflake_id SCHEMA zzz;
+            CREATE FUNCTION public.sneaky(bigint) RETURNS boolean LANGUAGE plpgsql AS $f$
+            BEGIN
+                IF EXISTS (SELECT 1 FROM public.armed)
+                   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'zzz_real') THEN
+                    ALTER SCHEMA zzz RENAME TO zzz_real;
+                    CREATE SCHEMA zzz;
+                    CREATE FUNCTION zzz.snowflake_nextval() RETURNS bigint LANGUAGE plpgsql AS $g$
+                        BEGIN PERFORM public.trap('swapped default'); RETURN zzz_real.snowflake_nextval(); END $g$;
+                END IF;
+                RETURN true;
+            END $f$;
+            CREATE TABLE public.armed (on_ boolean);
+            CREATE TABLE public.t (id serial PRIMARY KEY CHECK (public.sneaky(id)), note text);
+            INSERT INTO public.t (note) VALUES ('old');
+            INSERT INTO public.armed VALUES (true);
+        """, dbname="claims", user="mallory")
+        code, message, _ = srv.error("SELECT zzz.snowflake_convert('public.t')", dbname="claims")
+        assert code == "0A000" and "does not call snowflake_id's own snowflake_nextval()" in message, message
+        # Undone whole: the column, its default, the schema.
+        assert srv.sql("SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                       " WHERE attrelid = 'public.t'::regclass AND attname = 'id'", dbname="claims") == [("integer",)]
+        assert srv.one("SELECT count(*) FROM pg_namespace WHERE nspname = 'zzz_real'", dbname="claims") == 0
+        srv.sql("TRUNCATE public.armed; INSERT INTO public.t (note) VALUES ('by a superuser')", dbname="claims")
+        assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
+        assert not superuser(srv, "mallory")
+
+
 def test_a_database_lock_held_open_stalls_neither_shutdown_nor_issuance():
     """A rename of the claims database left in a prepared transaction holds
     the database's lock for good: the claims worker, sent away and back,
