@@ -137,7 +137,8 @@ fn snowflake_convert(
                  JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid \
                       AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = $3 \
                  WHERE ad.adrelid = $1 AND a.attname = $2::name)",
-            &[tbl.into(), col.into(), own.into()],
+            // The column's name in the database's encoding, as the catalog has it.
+            &[tbl.into(), Text(col.to_string()).into(), own.into()],
         ));
         if own.is_none() || calls_own != Some(true) {
             crate::errors::raise(
