@@ -294,6 +294,17 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def application_role(s, createdb=False):
+    """Makes `s` hold what an application has: role `app`, no superuser, the
+    owner of database `appdb`, where it creates the (trusted) extension itself.
+    Returns the PG* variables that connect as it."""
+    s.sql(f"CREATE ROLE app LOGIN{' CREATEDB' if createdb else ''}")
+    s.sql("CREATE DATABASE appdb OWNER app")
+    s.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="app")
+    assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+    return {"PGHOST": s.dir, "PGPORT": str(s.port), "PGUSER": "app", "PGDATABASE": "appdb"}
+
+
 @contextlib.contextmanager
 def servers():
     """A list to put servers in: their logs are printed if the block fails,

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from harness import REPO, drivers_python, server
+from harness import REPO, application_role, drivers_python, server
 
 APPS = os.path.join(REPO, "tests", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
@@ -48,12 +48,7 @@ def run(cwd, command, env):
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_every_recipe_as_an_application_role(layout):
     with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
-        s.sql("CREATE ROLE app LOGIN CREATEDB")
-        s.sql("CREATE DATABASE appdb OWNER app")
-        s.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="app")
-        assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
-        env = {**os.environ, "PGHOST": s.dir, "PGPORT": str(s.port), "PGUSER": "app", "PGDATABASE": "appdb",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, **application_role(s, createdb=True), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PGPASSWORD", None)
         for recipe in NODE_RECIPES:
             assert f"OK {recipe.removesuffix('.mjs')}" in run(os.path.join(APPS, "node"), ["node", recipe], env)

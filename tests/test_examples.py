@@ -10,13 +10,13 @@ import subprocess
 
 import pytest
 
-from harness import server
+from harness import application_role, server
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 
 
 def run(s, *command):
-    env = {**os.environ, "PGHOST": s.dir, "PGPORT": str(s.port), "PGUSER": "app", "PGDATABASE": "appdb"}
+    env = {**os.environ, **s.app_env}
     out = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=120)
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -26,10 +26,7 @@ def run(s, *command):
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_the_examples_read_ids_exactly(layout):
     with server(f"examples-{layout}", conf={"snowflake_id.worker_id": 3, "snowflake_id.layout": f"'{layout}'"}) as s:
-        s.sql("CREATE ROLE app LOGIN")
-        s.sql("CREATE DATABASE appdb OWNER app")
-        s.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="app")
-        assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+        s.app_env = application_role(s)
         node = run(s, "node", "node/ids.js")
         python = run(s, "/usr/bin/python3", "python/ids.py")
         assert f"server layout: {layout}" in node and f"server layout: {layout}" in python
