@@ -8,7 +8,7 @@
 use crate::failure::{Class, Failure};
 use crate::layout::{Layout, Spec, DEFAULT_NAME};
 use crate::timefmt::{format_instant, parse_instant, UnixMs};
-use crate::worker;
+use crate::worker_id;
 
 /// `snowflake_id.epoch`'s default, as written.
 pub const DEFAULT_EPOCH_TEXT: &str = "2025-01-01 00:00:00+00";
@@ -45,7 +45,12 @@ const RESTART: &str = "then restart PostgreSQL";
 pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     let layout = server_layout(raw)?;
     let max = layout.max_worker();
-    let derived = worker::derive(raw)?;
+    let derived = worker_id::derive(worker_id::Inputs {
+        worker_id: raw.worker_id,
+        source: raw.worker_id_source,
+        offset: raw.worker_id_offset,
+        host_name: raw.host_name,
+    })?;
     let from_setting = derived.origin == "snowflake_id.worker_id";
     let worker_id = match derived.worker_id {
         None => {

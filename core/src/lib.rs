@@ -4,7 +4,7 @@
 //! - [`layout`]: the bit layouts, named and custom, and all their range checks.
 //! - [`claims`]: worker-id claims from other servers, judged.
 //! - [`config`]: the identity settings, validated.
-//! - [`worker`]: where the worker id comes from (the setting or the host name).
+//! - [`worker_id`]: where the worker id comes from (the setting or the host name).
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
 //! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
@@ -22,10 +22,10 @@ pub mod convert;
 pub mod failure;
 pub mod generator;
 pub mod layout;
-pub mod text;
-pub mod timefmt;
-
-pub use failure::{Class, Failure};
 pub mod mark;
 pub mod resume;
-pub mod worker;
+pub mod text;
+pub mod timefmt;
+pub mod worker_id;
+
+pub use failure::{Class, Failure};

@@ -7,7 +7,6 @@
 //! Every inconsistency is an error naming the settings involved: a worker id
 //! nobody chose is how two servers come to share one.
 
-use crate::config::RawSettings;
 use crate::failure::{Class, Failure};
 
 const RESTART: &str = "then restart PostgreSQL";
@@ -44,14 +43,25 @@ pub struct Derived {
     pub origin: String,
 }
 
-/// The worker id `raw`'s worker settings name, not yet checked against a layout.
-pub fn derive(inputs: &RawSettings) -> Result<Derived, Failure> {
-    match Source::parse(inputs.worker_id_source)? {
-        Source::Setting if inputs.worker_id_offset != 0 => Err(Failure::new(
+/// What the worker-id settings say (`snowflake_id.worker_id`, `-1` while
+/// unset; `worker_id_source`; `worker_id_offset`) and this host's name
+/// (`None` if it could not be read).
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    pub worker_id: i32,
+    pub source: &'a str,
+    pub offset: i32,
+    pub host_name: Option<&'a str>,
+}
+
+/// The worker id the settings name, not yet checked against a layout.
+pub fn derive(inputs: Inputs<'_>) -> Result<Derived, Failure> {
+    match Source::parse(inputs.source)? {
+        Source::Setting if inputs.offset != 0 => Err(Failure::new(
             Class::InvalidParameter,
             format!(
                 "snowflake_id.worker_id_offset = {} is set, but the worker id does not come from the host name",
-                inputs.worker_id_offset
+                inputs.offset
             ),
         )
         .hint(format!(
@@ -71,7 +81,7 @@ pub fn derive(inputs: &RawSettings) -> Result<Derived, Failure> {
         .hint(format!(
             "Keep one: ALTER SYSTEM RESET snowflake_id.worker_id to use the host name, or ALTER SYSTEM RESET snowflake_id.worker_id_source to use the setting; {RESTART}."
         ))),
-        Source::HostName => from_host_name(inputs.host_name, inputs.worker_id_offset),
+        Source::HostName => from_host_name(inputs.host_name, inputs.offset),
     }
 }
 
@@ -134,13 +144,10 @@ mod tests {
         offset: i32,
         host: Option<&str>,
     ) -> Result<Derived, Failure> {
-        derive(&RawSettings {
+        derive(Inputs {
             worker_id,
-            layout: "snowflake_id",
-            epoch: crate::config::DEFAULT_EPOCH_TEXT,
-            epoch_set: false,
-            worker_id_source: source,
-            worker_id_offset: offset,
+            source,
+            offset,
             host_name: host,
         })
     }
