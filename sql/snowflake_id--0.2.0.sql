@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:86
+-- src/api/decode.rs:93
 
 -- The parts of an ID under this server's layout. STABLE: the layout is fixed
 -- while the server runs, but a restart with other settings changes it.
@@ -23,8 +23,8 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:49
--- snowflake_id::snowflake_adopt_settings
+-- src/api/admin.rs:14
+-- snowflake_id::api::admin::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
@@ -32,8 +32,8 @@ AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/convert.rs:33
--- snowflake_id::convert::snowflake_convert
+-- src/api/convert.rs:34
+-- snowflake_id::api::convert::snowflake_convert
 
 CREATE FUNCTION snowflake_convert(
     tbl regclass,
@@ -49,8 +49,8 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/text.rs:22
--- snowflake_id::text::snowflake_from_text
+-- src/api/text.rs:22
+-- snowflake_id::api::text::snowflake_from_text
 CREATE  FUNCTION "snowflake_from_text"(
 	"text" text, /* Text */
 	"encoding" text /* Text */
@@ -61,8 +61,8 @@ AS 'MODULE_PATHNAME', 'snowflake_from_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:118
--- snowflake_id::decode::snowflake_from_timestamp
+-- src/api/decode.rs:125
+-- snowflake_id::api::decode::snowflake_from_timestamp
 CREATE  FUNCTION "snowflake_from_timestamp"(
 	"ts" timestamp with time zone /* TimestampWithTimeZone */
 ) RETURNS bigint /* i64 */
@@ -72,8 +72,8 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:124
--- snowflake_id::decode::snowflake_from_timestamp
+-- src/api/decode.rs:131
+-- snowflake_id::api::decode::snowflake_from_timestamp
 CREATE  FUNCTION "snowflake_from_timestamp"(
 	"ts" timestamp with time zone, /* TimestampWithTimeZone */
 	"layout" text /* Text */
@@ -84,8 +84,8 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:133
--- snowflake_id::decode::snowflake_layouts
+-- src/api/decode.rs:140
+-- snowflake_id::api::decode::snowflake_layouts
 CREATE  FUNCTION "snowflake_layouts"() RETURNS TABLE (
 	"name" TEXT,  /* String */
 	"epoch" timestamp with time zone,  /* TimestampWithTimeZone */
@@ -102,8 +102,8 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:191
--- snowflake_id::generate::snowflake_nextval
+-- src/api/generate.rs:16
+-- snowflake_id::api::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
@@ -111,8 +111,8 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:220
--- snowflake_id::generate::snowflake_nextval_batch
+-- src/api/generate.rs:22
+-- snowflake_id::api::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */
 ) RETURNS SETOF bigint /* i64 */
@@ -122,8 +122,8 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:63
--- snowflake_id::snowflake_resume_above
+-- src/api/admin.rs:28
+-- snowflake_id::api::admin::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
 ) RETURNS TEXT /* String */
@@ -133,8 +133,8 @@ AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:104
--- snowflake_id::decode::snowflake_timestamp
+-- src/api/decode.rs:111
+-- snowflake_id::api::decode::snowflake_timestamp
 CREATE  FUNCTION "snowflake_timestamp"(
 	"id" bigint /* i64 */
 ) RETURNS timestamp with time zone /* TimestampWithTimeZone */
@@ -144,8 +144,8 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/decode.rs:110
--- snowflake_id::decode::snowflake_timestamp
+-- src/api/decode.rs:117
+-- snowflake_id::api::decode::snowflake_timestamp
 CREATE  FUNCTION "snowflake_timestamp"(
 	"id" bigint, /* i64 */
 	"layout" text /* Text */
@@ -156,8 +156,8 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/text.rs:12
--- snowflake_id::text::snowflake_to_text
+-- src/api/text.rs:12
+-- snowflake_id::api::text::snowflake_to_text
 CREATE  FUNCTION "snowflake_to_text"(
 	"id" bigint, /* i64 */
 	"encoding" text /* Text */
@@ -168,8 +168,8 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:1056
--- snowflake_id::claims::snowflake_claims_guard
+-- src/api/claims.rs:26
+-- snowflake_id::api::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
 	RETURNS TRIGGER
 	LANGUAGE c
@@ -177,7 +177,7 @@ CREATE FUNCTION "snowflake_claims_guard"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/claims.rs:1161
+-- src/api/claims.rs:124
 -- requires:
 --   snowflake_claims_guard
 
@@ -226,7 +226,7 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/status.rs:156
+-- src/api/status.rs:163
 -- requires:
 --   snowflake_claims
 
@@ -271,7 +271,7 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:72
+-- src/api/admin.rs:36
 -- requires:
 --   snowflake_adopt_settings
 --   snowflake_resume_above

@@ -2,83 +2,56 @@
 //! inside PostgreSQL.
 //!
 //! This crate is the thin Postgres shell around `snowflake_id_core`, which
-//! holds the layouts, the generator and the durable mark in plain Rust.
-//! Here live only what needs Postgres: settings, shared memory, the
-//! background writer, and the SQL functions.
+//! holds the layouts, the generator, the durable mark's file and the claims'
+//! judgement in plain Rust. The shell's layers import only downward:
+//!
+//! - `pg`: safe wrappers over Postgres's C API, nothing of ours;
+//! - `settings`: the extension's settings, validated by the core;
+//! - `shmem`: the shared memory, each part with one owner;
+//! - `mark`: the durable mark (moves, start, WAL redo, admin);
+//! - `issue`: issuing IDs, and the checks a call makes first;
+//! - `bgworkers`: the reserver and the claims worker;
+//! - `api`: every SQL function.
+//!
+//! This file is the one place that knows every part: what runs at load,
+//! and what runs when shared memory is made.
+
+// Every unsafe block says why it is sound; clippy holds us to it.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use pgrx::prelude::*;
 
-mod claims;
-mod claims_db;
-mod clock;
-mod convert;
-mod decode;
-mod durable;
-mod errors;
-mod generate;
-mod local;
-mod pg_text;
-mod record;
-mod reserver;
+mod api;
+mod bgworkers;
+mod issue;
+mod mark;
+mod pg;
 mod settings;
 mod shmem;
-mod status;
-mod text;
-mod wal;
 
 ::pgrx::pg_module_magic!(name, version);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
-    errors::quiet_backtraces();
+    pg::error::quiet_backtraces();
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         settings::define();
-        wal::register(settings::wal_rmgr_id());
-        shmem::install();
-        reserver::register();
-        claims::register();
+        mark::redo::register(settings::wal_rmgr_id());
+        shmem::install(on_shmem_created);
+        bgworkers::register();
     } else {
         settings::read_without_defining();
     }
 }
 
-/// Moves a server whose generation was refused (changed layout or epoch, or
-/// a damaged state file) onto its current settings, so that new IDs
-/// continue numerically above every ID the old state covered. Superuser only.
-#[pg_extern(volatile, parallel_unsafe)]
-fn snowflake_adopt_settings() -> String {
-    use errors::OrRaise;
-    let st = generate::shared_state();
-    let cfg = settings::config().or_raise();
-    let policy = settings::policy(&cfg.layout).or_raise();
-    durable::adopt(st, cfg, &policy.limits()).or_raise()
+/// Where shared memory is made (the postmaster, at start and after a crash
+/// of any process), before any backend can use it: the mark from the state
+/// file, and a claim's refusal that must outlast the restart.
+fn on_shmem_created(shm: &'static shmem::Shmem) {
+    mark::start::start(shm);
+    bgworkers::claims::start(shm);
 }
-
-/// Puts every later ID of this server above `id`, durably (WAL and state
-/// file): for data that arrived without the durable mark, such as a
-/// `pg_upgrade` or a logical dump restored into a server that keeps the
-/// worker id. Typically `SELECT snowflake_resume_above(max(id)) FROM t;`.
-/// Never moves generation back. Superuser only.
-#[pg_extern(volatile, strict, parallel_unsafe)]
-fn snowflake_resume_above(id: i64) -> String {
-    use errors::OrRaise;
-    let st = generate::shared_state();
-    let cfg = settings::config().or_raise();
-    let policy = settings::policy(&cfg.layout).or_raise();
-    durable::resume_above(st, cfg, &policy.limits(), id).or_raise()
-}
-
-extension_sql_file!(
-    "sql/privileges.sql",
-    name = "privileges",
-    requires = [
-        snowflake_adopt_settings,
-        snowflake_resume_above,
-        "snowflake_status",
-        convert::snowflake_convert
-    ]
-);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod sql_tests;

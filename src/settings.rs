@@ -21,7 +21,7 @@ use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use crate::local::ProcessLocal;
+use crate::pg::process::ProcessLocal;
 
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 static LAYOUT: GucSetting<Option<CString>> =
@@ -70,30 +70,10 @@ static PROBLEMS_SEEN_AT: ProcessLocal<Cell<pg_sys::TimestampTz>> = ProcessLocal(
 /// One bit per entry of `POLICY_PROBLEM`, so the hot path checks one word.
 static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 
-/// The current value of a Postgres integer setting, read by name (0 if
-/// unreadable: only for sizing, where a setting always has a value).
-#[cfg_attr(not(any(feature = "pg13", feature = "pg14")), allow(dead_code))]
-pub fn int_setting(name: &str) -> i32 {
-    let Ok(name) = CString::new(name) else {
-        return 0;
-    };
-    // SAFETY: reading a setting's current value as text.
-    let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
-    if p.is_null() {
-        return 0;
-    }
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The raw text a setting had in the configuration before it was defined.
+/// (Called in _PG_init, in the process that read the configuration.)
 fn placeholder(name: &CStr) -> Option<String> {
-    // SAFETY: called in _PG_init, in the process that read the configuration.
-    let p = unsafe { pg_sys::GetConfigOption(name.as_ptr(), true, false) };
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    crate::pg::guc::text(name)
 }
 
 /// Runs one of Postgres's setting parsers (`parse_int`, `parse_real`) on
@@ -371,7 +351,7 @@ pub fn define() {
     {
         // Replay needs the id before anything else runs: no later moment to
         // report it, and no default to fall back on silently.
-        crate::errors::raise(
+        crate::pg::error::raise(
             Failure::new(
                 Class::InvalidParameter,
                 format!(
@@ -498,12 +478,9 @@ pub fn claims_database() -> Option<String> {
 
 /// This server's name in its claim: `cluster_name`, else host and port.
 pub fn server_name() -> String {
-    // SAFETY: reading a setting's current value; PostPortNumber is set at start.
-    let cluster = unsafe {
-        let p = pg_sys::GetConfigOption(c"cluster_name".as_ptr(), true, false);
-        (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
-    };
+    let cluster = crate::pg::guc::text(c"cluster_name");
     let name = cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
+        // SAFETY: PostPortNumber is set at start, before any library loads.
         format!("{}:{}", host_name().unwrap_or_default(), unsafe {
             pg_sys::PostPortNumber
         })
@@ -553,10 +530,11 @@ fn warn_of_names_in_another_case() {
         if name.is_null() || flags as u32 & pg_sys::GUC_CUSTOM_PLACEHOLDER == 0 {
             continue;
         }
+        // SAFETY: a setting's name, NUL-terminated, checked non-null above.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
         let lower = name.to_ascii_lowercase();
         if lower.starts_with(PREFIX) && !name.starts_with(PREFIX) {
-            crate::errors::log(
+            crate::pg::error::log(
                 Failure::new(
                     Class::InvalidParameter,
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),

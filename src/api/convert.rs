@@ -12,8 +12,9 @@ use snowflake_id_core::convert::{
 };
 use snowflake_id_core::{Class, Failure};
 
-use crate::errors::{raise, OrRaise};
-use crate::pg_text::Text;
+use crate::pg::error::{raise, OrRaise};
+use crate::pg::spi::ok as spi;
+use crate::pg::text::Text;
 
 /// Switches a table's key column (serial, bigserial, identity or a
 /// `DEFAULT nextval(...)`) to `DEFAULT snowflake_nextval()` in the calling
@@ -55,7 +56,7 @@ fn snowflake_convert(
     drop_sequence: bool,
     subscribers_widened: bool,
 ) -> SetOfIterator<'static, Text> {
-    let col = crate::pg_text::from_server(col.to_bytes()).or_raise();
+    let col = crate::pg::encoding::from_server(col.to_bytes()).or_raise();
     let col = col.as_str();
     let asked = Asked {
         drop_sequence,
@@ -94,11 +95,11 @@ fn snowflake_convert(
         (facts, sequence, oids)
     };
     if let Some(w) = convert::widening_warning(&facts) {
-        crate::errors::log(w, pgrx::PgLogLevel::WARNING);
+        crate::pg::error::log(w, pgrx::PgLogLevel::WARNING);
     }
     let owner = roles.oid(&facts.target.owner);
     let largest = as_role(Some(owner), || largest_key(&facts.target));
-    let next = crate::generate::snowflake_nextval();
+    let next = crate::issue::next_id();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
         lock_keeping_timeout(&locks(&facts, sequence, &oids));
@@ -141,7 +142,7 @@ fn snowflake_convert(
             &[tbl.into(), Text(col.to_string()).into(), own.into()],
         ));
         if own.is_none() || calls_own != Some(true) {
-            crate::errors::raise(
+            crate::pg::error::raise(
                 Failure::new(
                     Class::NotSupported,
                     format!("the default written on {} does not call snowflake_id's own snowflake_nextval()", facts.target.table),
@@ -172,7 +173,7 @@ fn snowflake_convert(
 /// committed since it began; the table is locked by now, so none can come
 /// after this reading).
 fn largest_key(target: &Column) -> Option<i64> {
-    let query = std::ffi::CString::new(crate::pg_text::to_server(&format!(
+    let query = std::ffi::CString::new(crate::pg::encoding::to_server(&format!(
         "SELECT pg_catalog.max({})::pg_catalog.int8 FROM {}",
         target.column, target.table
     )))
@@ -311,7 +312,7 @@ fn current_role() -> String {
 /// Runs one statement, written in the database's encoding (names in it
 /// came from the catalog, so it can hold them all).
 fn run(statement: &str) {
-    let sql = std::ffi::CString::new(crate::pg_text::to_server(statement)).unwrap_or_default();
+    let sql = std::ffi::CString::new(crate::pg::encoding::to_server(statement)).unwrap_or_default();
     let rc = Spi::connect_mut(|_| {
         // SAFETY: SPI is connected; an error in the statement is raised
         // by Postgres itself.
@@ -376,7 +377,7 @@ fn lock(locks: &Locks) {
             return;
         }
         statement_timeout_check();
-        crate::clock::sleep_on_latch(PAUSE_MS);
+        crate::pg::clock::sleep_on_latch(PAUSE_MS);
         pgrx::check_for_interrupts!();
     }
 }
@@ -524,10 +525,6 @@ type Read = (Facts, Option<pg_sys::Oid>, Vec<(String, pg_sys::Oid)>);
 
 fn read_facts(tbl: pg_sys::Oid, col: &str, asked: &Asked) -> Result<Read, Failure> {
     Spi::connect(|c| facts_with(c, tbl, col, asked))
-}
-
-fn spi<T>(r: SpiResult<T>) -> T {
-    r.unwrap_or_else(|e| pgrx::error!("{e}"))
 }
 
 /// A text column, in UTF-8 whatever the database's encoding.

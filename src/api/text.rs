@@ -1,8 +1,8 @@
 //! IDs as fixed-width text that sorts like the numbers:
 //! `snowflake_to_text(id, encoding)` and `snowflake_from_text(text, encoding)`.
 
-use crate::errors::OrRaise;
-use crate::pg_text::Text;
+use crate::pg::error::OrRaise;
+use crate::pg::text::Text;
 use pgrx::prelude::*;
 use snowflake_id_core::text::Encoding;
 

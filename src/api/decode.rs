@@ -1,11 +1,11 @@
 //! Reading IDs: decode, time part, and the smallest ID of an instant, under
 //! this server's layout or under a named one.
 
-use crate::clock::{pg_timestamp, unix_us};
-use crate::errors::OrRaise;
-use crate::local::ProcessLocal;
-use crate::pg_text::Text;
-use crate::record::{finfo_v1, row};
+use crate::pg::clock::{pg_timestamp, unix_us};
+use crate::pg::error::OrRaise;
+use crate::pg::process::ProcessLocal;
+use crate::pg::row::{finfo_v1, row};
+use crate::pg::text::Text;
 use crate::settings;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -43,16 +43,20 @@ fn timestamp(unix_ms: i64) -> TimestampWithTimeZone {
     })
 }
 
+/// # Safety
+/// `fcinfo` is a call of one of the `snowflake_decode` functions below,
+/// whose first argument is a bigint and whose OUT columns are these.
 unsafe fn decode_row(fcinfo: pg_sys::FunctionCallInfo, layout: &Layout) -> pg_sys::Datum {
+    // SAFETY: see above; the worker and sequence fit their integer columns.
     unsafe {
         let id = pg_sys::Datum::value(pgrx::fcinfo::pg_getarg_datum_raw(fcinfo, 0)) as i64;
         let d = layout.decode(id).or_raise();
         row(
             fcinfo,
             &[
-                Some(pg_sys::Datum::from(pg_timestamp(d.unix_ms))),
-                Some(pg_sys::Datum::from(d.worker)),
-                Some(pg_sys::Datum::from(d.sequence)),
+                ("ts", Some(pg_sys::Datum::from(pg_timestamp(d.unix_ms)))),
+                ("worker_id", Some(pg_sys::Datum::from(d.worker))),
+                ("sequence", Some(pg_sys::Datum::from(d.sequence))),
             ],
         )
     }
@@ -65,6 +69,7 @@ finfo_v1!(pg_finfo_snowflake_decode_server);
 pub unsafe extern "C-unwind" fn snowflake_decode_server(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
+    // SAFETY: the call Postgres makes of this function, declared below.
     unsafe { decode_row(fcinfo, server_layout()) }
 }
 
@@ -75,6 +80,8 @@ finfo_v1!(pg_finfo_snowflake_decode_layout);
 pub unsafe extern "C-unwind" fn snowflake_decode_layout(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
+    // SAFETY: the call Postgres makes of this function, declared below; its
+    // second argument is a text.
     unsafe {
         let text: Text =
             pgrx::fcinfo::pg_getarg(fcinfo, 1).unwrap_or_else(|| error!("layout must not be null"));

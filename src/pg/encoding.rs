@@ -2,27 +2,24 @@
 //! are UTF-8; a database's text is in the database's encoding (LATIN1,
 //! EUC_JP, SQL_ASCII: bytes as they came), where pgrx's own conversions
 //! raise an internal error on anything but UTF-8. Here text is converted
-//! both ways instead, and what cannot be converted is an error with the
+//! both ways instead, and what cannot be converted is a failure with the
 //! SQLSTATE Postgres gives it.
 
-use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
-use pgrx::nullable::Nullable;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use snowflake_id_core::{Class, Failure};
 use std::ffi::CStr;
 
 /// The database's encoding, as Postgres numbers them.
-fn encoding() -> i32 {
+pub(super) fn encoding() -> i32 {
     // SAFETY: a plain read of this backend's database encoding.
     unsafe { pg_sys::GetDatabaseEncoding() }
 }
 
-fn utf8() -> i32 {
+pub(super) fn utf8() -> i32 {
     pg_sys::pg_enc::PG_UTF8 as i32
 }
 
-fn sql_ascii() -> i32 {
+pub(super) fn sql_ascii() -> i32 {
     pg_sys::pg_enc::PG_SQL_ASCII as i32
 }
 
@@ -146,109 +143,4 @@ pub fn for_messages(text: &str) -> std::borrow::Cow<'_, str> {
         })
         .collect::<String>()
         .into()
-}
-
-/// A `text` argument or result column, as UTF-8 whatever the database's
-/// encoding (see `from_server`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Text(pub String);
-
-impl Text {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl FromDatum for Text {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _typoid: pg_sys::Oid,
-    ) -> Option<Text> {
-        if is_null || datum.is_null() {
-            return None;
-        }
-        // SAFETY: a text (or varchar) datum, detoasted and read as bytes.
-        let bytes = unsafe {
-            let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-            pgrx::varlena::varlena_to_byte_slice(v)
-        };
-        Some(Text(
-            from_server(bytes).unwrap_or_else(|f| crate::errors::raise(f)),
-        ))
-    }
-}
-
-impl IntoDatum for Text {
-    fn into_datum(self) -> Option<pg_sys::Datum> {
-        let bytes = to_server(&self.0);
-        let len = i32::try_from(bytes.len()).ok()?;
-        // SAFETY: copies the bytes into a new text value in the current
-        // memory context.
-        let text = unsafe { pg_sys::cstring_to_text_with_len(bytes.as_ptr().cast(), len) };
-        Some(pg_sys::Datum::from(text))
-    }
-
-    fn type_oid() -> pg_sys::Oid {
-        pg_sys::TEXTOID
-    }
-
-    fn is_compatible_with(other: pg_sys::Oid) -> bool {
-        other == pg_sys::TEXTOID || other == pg_sys::VARCHAROID
-    }
-}
-
-// SAFETY: unboxed the way pgrx unboxes its own text arguments, through
-// FromDatum, from a datum Postgres declared `text`.
-unsafe impl<'fcx> ArgAbi<'fcx> for Text {
-    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        unsafe { arg.unbox_arg_using_from_datum() }
-            .unwrap_or_else(|| panic!("argument {index} must not be null"))
-    }
-
-    unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
-        unsafe { arg.unbox_arg_using_from_datum::<Text>() }.into()
-    }
-}
-
-// SAFETY: returned the way pgrx returns its own text, through IntoDatum.
-unsafe impl BoxRet for Text {
-    unsafe fn box_into<'fcx>(self, fcinfo: &mut FcInfo<'fcx>) -> pgrx::datum::Datum<'fcx> {
-        match self.into_datum() {
-            Some(datum) => unsafe { fcinfo.return_raw_datum(datum) },
-            None => fcinfo.return_null(),
-        }
-    }
-}
-
-pgrx::impl_sql_translatable!(Text, "text");
-
-/// `name` quoted as an SQL identifier that reads the same in every
-/// database encoding: Postgres's own quoting where the database is UTF-8
-/// or SQL_ASCII (whose bytes pass through as they are) or the name is
-/// ASCII, else a Unicode-escaped identifier (`U&"d\00E9j\00E0"`), which is
-/// ASCII itself and means the name's characters whatever the encoding.
-pub fn ident(name: &str) -> String {
-    let enc = encoding();
-    if name.is_ascii() || enc == utf8() || enc == sql_ascii() {
-        let c = std::ffi::CString::new(name).unwrap_or_default();
-        // SAFETY: quote_identifier returns its argument or a palloc'd
-        // copy, valid in this memory context; copied out at once.
-        return unsafe { CStr::from_ptr(pg_sys::quote_identifier(c.as_ptr())) }
-            .to_string_lossy()
-            .into_owned();
-    }
-    let mut out = String::from("U&\"");
-    for c in name.chars() {
-        match c {
-            '"' => out.push_str("\"\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            c if u32::from(c) <= 0xFFFF => out.push_str(&format!("\\{:04X}", u32::from(c))),
-            c => out.push_str(&format!("\\+{:06X}", u32::from(c))),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -6,6 +6,10 @@
 //! of them on it, the worker is asked to leave first and to wait until the
 //! command is over before it connects again.
 
+use crate::pg::clock::{now_ms, sleep_on_latch};
+use crate::pg::encoding::from_server;
+use crate::pg::role;
+use crate::pg::text::Text;
 use crate::settings;
 use crate::shmem;
 use pgrx::pg_sys;
@@ -26,7 +30,7 @@ static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
 
 /// Installs the hook (from `_PG_init`, while libraries are preloaded, and
 /// only when a claims database is set).
-pub fn install() {
+pub(super) fn install() {
     // SAFETY: hooks are installed once, at preload, before any query runs.
     unsafe {
         PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
@@ -81,14 +85,11 @@ unsafe fn needs_free(stmt: *mut pg_sys::Node) -> Option<&'static CStr> {
 fn may_act_on(name: &CStr) -> bool {
     let owner: Option<pg_sys::Oid> = Spi::get_one_with_args(
         "SELECT datdba FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.name",
-        &[crate::pg_text::Text(crate::pg_text::from_server(name.to_bytes()).unwrap_or_default()).into()],
+        &[Text(from_server(name.to_bytes()).unwrap_or_default()).into()],
     )
     .ok()
     .flatten();
-    // SAFETY: catalog lookups of the session's role and its memberships.
-    owner.is_some_and(|o| unsafe {
-        pg_sys::superuser() || pg_sys::has_privs_of_role(pg_sys::GetUserId(), o)
-    })
+    owner.is_some_and(role::acts_as)
 }
 
 /// Asks the claims worker to leave and stay away until `call_back`; waits
@@ -97,36 +98,35 @@ fn may_act_on(name: &CStr) -> bool {
 /// failing or not, keeps claims off for more than the worker's restart (5 s)
 /// in each 10. Raises nothing: interrupts wait until the command runs.
 fn send_away() -> bool {
-    let Some(st) = shmem::state() else {
+    let Some(shm) = shmem::get() else {
         return false;
     };
-    let now = crate::clock::now_ms();
-    // SAFETY: a catalog lookup of the session's role.
-    let superuser = unsafe { pg_sys::superuser() };
-    if !st
-        .claims
-        .hold_away(now, now + PAUSE_LIMIT_MS, superuser, AWAY_AT_MOST_EVERY_MS)
-    {
+    let now = now_ms();
+    if !shm.claims.hold_away(
+        now,
+        now + PAUSE_LIMIT_MS,
+        role::is_superuser(),
+        AWAY_AT_MOST_EVERY_MS,
+    ) {
         return false;
     }
-    let pid = st.claims.worker_pid();
-    if pid == 0 {
+    let Some(pid) = shm.claims.pid.get() else {
         return true;
-    }
+    };
     // SAFETY: signals the claims worker, a child of the same postmaster,
     // which ends on SIGTERM (and the postmaster starts it again).
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let deadline = now + LEAVE_WAIT_MS;
-    while st.claims.worker_pid() == pid && crate::clock::now_ms() < deadline {
-        crate::clock::sleep_on_latch(10);
+    while shm.claims.pid.get() == Some(pid) && now_ms() < deadline {
+        sleep_on_latch(10);
     }
     true
 }
 
 /// Lets the claims worker connect again, once no other command holds it away.
 fn call_back() {
-    if let Some(st) = shmem::state() {
-        st.claims.release_away();
+    if let Some(shm) = shmem::get() {
+        shm.claims.release_away();
     }
 }
 

@@ -1,27 +1,27 @@
-//! Issuing IDs: `snowflake_nextval()` and `snowflake_nextval_batch(n)`.
+//! Issuing IDs from a backend: the quick path nearly every call takes, the
+//! full way with its waits and marks, and the checks a call makes before it
+//! takes an ID, which the status's `problem` runs too (`problem`), so that
+//! it is the error the next call would raise.
 
-use crate::clock;
-use crate::durable::{self, Trigger};
-use crate::errors::raise;
-use crate::local::ProcessLocal;
+use crate::mark::{self, Trigger};
+use crate::pg::clock;
+use crate::pg::error::{log, raise};
+use crate::pg::process::ProcessLocal;
+use crate::pg::xlog;
 use crate::settings;
-use crate::shmem::{self, State};
-use pgrx::pg_sys;
-use pgrx::prelude::*;
+use crate::shmem::{self, Shmem};
+use pgrx::PgLogLevel;
 use snowflake_id_core::config::Config;
-use snowflake_id_core::generator::{generate, take_at, Env, Limits, Taken};
+use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Policy, Taken};
 use snowflake_id_core::{Class, Failure};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// The most IDs one `snowflake_nextval_batch` call hands out.
-pub const MAX_BATCH: i32 = 1_000_000;
-
 /// Generation as seen from one backend: the system clock, the backend's
 /// latch for waiting, and the state file for durability.
 struct Backend<'a> {
-    st: &'a State,
+    shm: &'a Shmem,
     cfg: &'a Config,
     lim: Limits,
     /// The caller's clock reading, used for the first attempt.
@@ -40,7 +40,7 @@ impl Env for Backend<'_> {
         let started = Instant::now();
         clock::sleep_on_latch(ms);
         let waited_us = started.elapsed().as_micros() as u64;
-        let c = &self.st.counters;
+        let c = &self.shm.counters;
         c.waits.fetch_add(1, Ordering::Relaxed);
         c.wait_us.fetch_add(waited_us, Ordering::Relaxed);
         // Cancel and statement_timeout land here.
@@ -50,8 +50,8 @@ impl Env for Backend<'_> {
 
     fn make_durable(&mut self, through_tick: u64, budget_ms: u64) -> Result<u64, Failure> {
         let now_tick = self.cfg.layout.tick_at_ms(clock::now_ms()).unwrap_or(0);
-        durable::extend(
-            self.st,
+        mark::extend(
+            self.shm,
             self.cfg,
             &self.lim,
             now_tick,
@@ -70,18 +70,10 @@ impl Env for Backend<'_> {
 /// The error for a server that did not preload the library, with the exact
 /// line that fixes it.
 pub fn not_preloaded() -> Failure {
-    // SAFETY: reading a setting's current value.
-    let current = unsafe {
-        let p = pg_sys::GetConfigOption(c"shared_preload_libraries".as_ptr(), true, false);
-        if p.is_null() {
-            String::new()
-        } else {
-            std::ffi::CStr::from_ptr(p)
-                .to_string_lossy()
-                .trim()
-                .to_string()
-        }
-    };
+    let current = crate::pg::guc::text(c"shared_preload_libraries")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let line = if current.is_empty() {
         "snowflake_id".to_string()
     } else {
@@ -94,40 +86,70 @@ pub fn not_preloaded() -> Failure {
         ))
 }
 
-/// The shared state, or the error that says how to get one.
-pub fn shared_state() -> &'static State {
-    shmem::state().unwrap_or_else(|| raise(not_preloaded()))
+/// The shared memory, or the error that says how to get one.
+pub fn shmem() -> &'static Shmem {
+    shmem::get().unwrap_or_else(|| raise(not_preloaded()))
+}
+
+/// The checks a call makes before it takes an ID, in its order: recovery
+/// first, whatever the clock or the settings say (a standby never issues),
+/// then the settings.
+fn preflight() -> Result<(&'static Config, Policy), Failure> {
+    if xlog::in_recovery() {
+        return Err(mark::read_only());
+    }
+    let cfg = settings::config()?;
+    let policy = settings::policy(&cfg.layout)?;
+    Ok((cfg, policy))
+}
+
+/// The error the next call would raise at `now`, in the order a call meets
+/// them: the preflight, then what `generate` meets (the clock and the
+/// layout's range, a refusal, and the mark to move: the state file, a
+/// synchronous standby), the last two only if the next ID is beyond the
+/// published mark.
+pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
+    let (cfg, policy) = preflight()?;
+    if let Some(f) = time_problem(&shm.gen, &cfg.layout, &policy, now) {
+        return Err(f);
+    }
+    mark::may_issue(shm)?;
+    let s = cfg.layout.sequence_bits();
+    let now_tick = cfg.layout.tick_at_ms(now).unwrap_or(0);
+    let next_tick = shm.gen.next().max(now_tick << s) >> s;
+    if next_tick < shm.gen.durable_end() {
+        return Ok(());
+    }
+    if let Some(f) = mark::write_problem() {
+        return Err(f);
+    }
+    mark::standby_problem(shm, policy.max_wait_ms).map_or(Ok(()), Err)
 }
 
 /// Issues `n` IDs through `sink` as increasing runs of counter values,
 /// with the clock reading `now`.
-fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
-    let st = shared_state();
+pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
+    let shm = shmem();
     let counted = |f: Failure| -> ! {
-        st.counters.errors.fetch_add(1, Ordering::Relaxed);
+        shm.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
-    // First, whatever the clock or settings say: a standby never issues.
-    if durable::in_recovery() {
-        counted(durable::read_only());
-    }
-    let cfg = settings::config().unwrap_or_else(|f| counted(f));
+    let (cfg, policy) = preflight().unwrap_or_else(|f| counted(f));
     if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);
     }
-    let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
     let mut env = Backend {
-        st,
+        shm,
         cfg,
         lim: policy.limits(),
         first_reading: Some(now),
     };
     let mut tally = Tally::default();
-    let result = generate(&st.gen, &cfg.layout, &policy, &mut env, n, |t| {
+    let result = generate(&shm.gen, &cfg.layout, &policy, &mut env, n, |t| {
         tally.add(&t);
         sink(t);
     });
-    tally.record(st);
+    tally.record(shm);
     if let Err(f) = result {
         counted(f);
     }
@@ -150,7 +172,7 @@ fn end_warning_due(cfg: &Config, now: i64) -> bool {
 fn warn_once_of_end(cfg: &Config, now: i64) {
     if let Some(w) = cfg.layout.end_warning(now) {
         END_WARNED.0.set(true);
-        crate::errors::log(w, PgLogLevel::WARNING);
+        log(w, PgLogLevel::WARNING);
     }
 }
 
@@ -171,9 +193,9 @@ impl Tally {
     }
 
     #[inline]
-    fn record(&self, st: &State) {
-        st.count_issued(self.issued);
-        let c = &st.counters;
+    fn record(&self, shm: &Shmem) {
+        shm.count_issued(self.issued);
+        let c = &shm.counters;
         if self.borrowed > 0 {
             c.borrowed_ticks.fetch_add(self.borrowed, Ordering::Relaxed);
         }
@@ -186,26 +208,25 @@ impl Tally {
     }
 }
 
-/// The next ID of this server: unique, and greater than every ID this
-/// server issued before, on any backend.
-#[pg_extern(volatile, parallel_safe)]
-pub fn snowflake_nextval() -> i64 {
+/// The next ID of this server (see `snowflake_nextval`).
+#[inline]
+pub fn next_id() -> i64 {
     let now = clock::now_ms();
     // Nearly every call: settings checked before, the clock's tick open, the
     // durable mark ahead. Anything else (first call, a setting changed, a
     // wait, a mark to write, an error) goes the full way with the same
     // clock reading.
     let quick = || {
-        let st = shmem::state()?;
+        let shm = shmem::get()?;
         let cfg = settings::config().ok()?;
         if end_warning_due(cfg, now) {
             return None;
         }
         let lim = settings::cached_policy()?.limits();
-        let t = take_at(&st.gen, &cfg.layout, &lim, now, 1)?.ok()?;
+        let t = take_at(&shm.gen, &cfg.layout, &lim, now, 1)?.ok()?;
         let mut tally = Tally::default();
         tally.add(&t);
-        tally.record(st);
+        tally.record(shm);
         Some((cfg, t.first))
     };
     let (cfg, first) = quick().unwrap_or_else(|| {
@@ -214,26 +235,4 @@ pub fn snowflake_nextval() -> i64 {
         (cfg, first)
     });
     cfg.layout.id_from_counter(first, u64::from(cfg.worker_id)) as i64
-}
-
-/// `n` IDs (1 to 1,000,000) in increasing order, reserved in one step.
-#[pg_extern(volatile, strict, parallel_safe)]
-fn snowflake_nextval_batch(n: i32) -> SetOfIterator<'static, i64> {
-    if !(1..=MAX_BATCH).contains(&n) {
-        raise(
-            Failure::new(
-                Class::InvalidParameter,
-                format!("snowflake_nextval_batch(n) takes n from 1 to {MAX_BATCH}, not {n}"),
-            )
-            .hint(format!(
-                "For more than {MAX_BATCH} IDs, call it several times."
-            )),
-        );
-    }
-    let mut runs = Vec::with_capacity(1);
-    let cfg = issue(n as u64, clock::now_ms(), |t| runs.push(t));
-    let (layout, worker) = (cfg.layout, u64::from(cfg.worker_id));
-    SetOfIterator::new(runs.into_iter().flat_map(move |t| {
-        (t.first..t.first + t.count).map(move |c| layout.id_from_counter(c, worker) as i64)
-    }))
 }

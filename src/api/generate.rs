@@ -1,0 +1,41 @@
+//! Issuing IDs: `snowflake_nextval()` and `snowflake_nextval_batch(n)`.
+
+use crate::issue;
+use crate::pg::clock;
+use crate::pg::error::raise;
+use pgrx::prelude::*;
+use snowflake_id_core::{Class, Failure};
+
+/// The most IDs one `snowflake_nextval_batch` call hands out.
+const MAX_BATCH: i32 = 1_000_000;
+
+/// The next ID of this server: unique, and greater than every ID this
+/// server issued before, on any backend. VOLATILE (a new ID each call);
+/// PARALLEL SAFE (the generator is in shared memory, so parallel workers
+/// draw from it as their leader does).
+#[pg_extern(volatile, parallel_safe)]
+pub fn snowflake_nextval() -> i64 {
+    issue::next_id()
+}
+
+/// `n` IDs (1 to 1,000,000) in increasing order, reserved in one step.
+#[pg_extern(volatile, strict, parallel_safe)]
+fn snowflake_nextval_batch(n: i32) -> SetOfIterator<'static, i64> {
+    if !(1..=MAX_BATCH).contains(&n) {
+        raise(
+            Failure::new(
+                Class::InvalidParameter,
+                format!("snowflake_nextval_batch(n) takes n from 1 to {MAX_BATCH}, not {n}"),
+            )
+            .hint(format!(
+                "For more than {MAX_BATCH} IDs, call it several times."
+            )),
+        );
+    }
+    let mut runs = Vec::with_capacity(1);
+    let cfg = issue::issue(n as u64, clock::now_ms(), |t| runs.push(t));
+    let (layout, worker) = (cfg.layout, u64::from(cfg.worker_id));
+    SetOfIterator::new(runs.into_iter().flat_map(move |t| {
+        (t.first..t.first + t.count).map(move |c| layout.id_from_counter(c, worker) as i64)
+    }))
+}

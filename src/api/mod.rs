@@ -1,0 +1,11 @@
+//! Every SQL function of the extension, grouped by concern, and the SQL
+//! files they come with (`sql/`). Each is a thin call into the layers
+//! below; volatility, strictness and parallel safety are marked on each.
+
+mod admin;
+mod claims;
+mod convert;
+mod decode;
+mod generate;
+mod status;
+mod text;

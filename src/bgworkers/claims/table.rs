@@ -1,0 +1,243 @@
+//! The statements the claims worker runs on `snowflake_id.snowflake_claims`:
+//! where the table is, writing this server's claim, reading every claim,
+//! ending the claim at shutdown, and who holds the table's lock. They run
+//! with the search path pinned to nothing (`pin_session`), so every name
+//! and operator is qualified.
+
+use crate::pg::clock::now_ms;
+use crate::pg::spi;
+use crate::pg::text::{ident, Text};
+use crate::settings;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use snowflake_id_core::claims::{Claim, Claimant, Row};
+use snowflake_id_core::{Class, Failure};
+
+/// Where the extension's claims table is found: as a member of the
+/// extension, not by name in a search path. Being a member is not enough:
+/// the extension's owner, who may be any role with CREATE on the database
+/// (it is trusted), can add a table of its own to it (ALTER EXTENSION ADD),
+/// whose triggers would run as this worker. The install script's table is
+/// a plain table in the schema `snowflake_id`, both owned by a superuser,
+/// which no other role can create or give away to one.
+const CLAIMS_TABLE: &str = "FROM pg_catalog.pg_extension e \
+     JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+          AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+          AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+     JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid AND c.relname OPERATOR(pg_catalog.=) 'snowflake_claims' \
+          AND c.relkind OPERATOR(pg_catalog.=) 'r' \
+     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+          AND n.nspname OPERATOR(pg_catalog.=) 'snowflake_id' \
+     JOIN pg_catalog.pg_authid t ON t.oid OPERATOR(pg_catalog.=) c.relowner AND t.rolsuper \
+     JOIN pg_catalog.pg_authid s ON s.oid OPERATOR(pg_catalog.=) n.nspowner AND s.rolsuper \
+     WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id'";
+
+/// The extension's own claims table, schema-qualified and quoted: found as
+/// a member of the extension, not by name in a search path, so no table a
+/// user created elsewhere can stand in for it.
+pub(super) fn claims_table() -> Option<String> {
+    let (schema, table) = Spi::get_two::<Text, Text>(&format!(
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text {CLAIMS_TABLE}"
+    ))
+    .ok()?;
+    Some(format!(
+        "{}.{}",
+        ident(schema?.as_str()),
+        ident(table?.as_str())
+    ))
+}
+
+/// What one refresh found.
+pub(super) struct Read {
+    pub claims: Vec<Claim>,
+    /// Each row that could not be judged, described.
+    pub skipped: Vec<String>,
+    /// When this server's claim says it claimed its worker id.
+    pub claimed_at_ms: Option<i64>,
+}
+
+/// Writes this server's claim (unless it has no worker id to claim) and
+/// reads every claim the table holds.
+pub(super) fn write_and_read(
+    who: &Claimant,
+    claiming: bool,
+    previous: Option<u64>,
+    claimed_at: Option<i64>,
+    name: &str,
+) -> Result<Read, Failure> {
+    let db = settings::claims_database().unwrap_or_default();
+    let Some(table) = claims_table() else {
+        let installed: Option<bool> = Spi::get_one(
+            "SELECT true FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'snowflake_id'",
+        )
+        .unwrap_or(None);
+        let what = if installed.is_some() {
+            "the installed snowflake_id has no snowflake_claims table"
+        } else {
+            "snowflake_id is not installed"
+        };
+        return Err(Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\" (snowflake_id.claims_database)"))
+            .hint(format!("Run CREATE EXTENSION snowflake_id (or ALTER EXTENSION snowflake_id UPDATE) in database \"{db}\", or point snowflake_id.claims_database at the database that has it.")));
+    };
+    if let Some(previous) = previous {
+        // This server's rows from before its restart: claims no more.
+        spi::run(
+            &format!("DELETE FROM {table} WHERE system_identifier OPERATOR(pg_catalog.=) $1 \
+                      AND timeline OPERATOR(pg_catalog.=) $2 AND instance OPERATOR(pg_catalog.=) $3"),
+            &[
+                (who.system_identifier as i64).into(),
+                i64::from(who.timeline).into(),
+                (previous as i64).into(),
+            ],
+        );
+    }
+    let claimed_at_ms = if claiming {
+        Some(claim(&table, who, name, claimed_at))
+    } else {
+        None
+    };
+    let (claims, skipped) = read(&table)?;
+    Ok(Read {
+        claims,
+        skipped,
+        claimed_at_ms,
+    })
+}
+
+/// Writes this server's claim afresh, drops its claims on other worker
+/// ids, and says when the claim was made.
+fn claim(table: &str, who: &Claimant, name: &str, claimed_at: Option<i64>) -> i64 {
+    let (worker, sysid, tli, instance) = (
+        who.worker_id as i32,
+        who.system_identifier as i64,
+        i64::from(who.timeline),
+        who.instance as i64,
+    );
+    let remembered = claimed_at.map(|ms| ms as f64 / 1000.0);
+    // Deleted and inserted again, not updated: a subscriber that missed the
+    // first insert (a subscription made without copying data, or after the
+    // claim was written) would skip every update of a row it does not have,
+    // and never see the claim. Two statements: the insert must come after
+    // the delete, which a data-modifying WITH does not promise.
+    let old: Option<f64> = spi::first_value(
+        &format!(
+            "DELETE FROM {table} \
+             WHERE system_identifier OPERATOR(pg_catalog.=) $2 AND timeline OPERATOR(pg_catalog.=) $3 \
+               AND instance OPERATOR(pg_catalog.=) $4 AND worker_id OPERATOR(pg_catalog.=) $1 \
+             RETURNING CASE WHEN pg_catalog.isfinite(claimed_at) THEN pg_catalog.date_part('epoch', claimed_at) END"
+        ),
+        &[worker.into(), sysid.into(), tli.into(), instance.into()],
+    );
+    let at: Option<f64> = spi::first_value(
+        // The claim keeps the time this server remembers claiming the id
+        // (rows can be deleted, or made again with the extension; the
+        // memory cannot), else the time its row said, else a promoted
+        // standby's old primary's (it continues that server's IDs, and must
+        // not become the later claimant against a server that collided
+        // with it), else now.
+        &format!(
+            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) \
+             VALUES ($1, $2, $3, $4, $5, \
+                     COALESCE(pg_catalog.to_timestamp($6), pg_catalog.to_timestamp($7), \
+                              (SELECT pg_catalog.min(c.claimed_at) FROM {table} c \
+                               WHERE c.system_identifier OPERATOR(pg_catalog.=) $2 AND c.timeline OPERATOR(pg_catalog.<) $3 \
+                                 AND c.worker_id OPERATOR(pg_catalog.=) $1 AND pg_catalog.isfinite(c.claimed_at)), \
+                              pg_catalog.clock_timestamp()), \
+                     pg_catalog.clock_timestamp()) \
+             RETURNING pg_catalog.date_part('epoch', claimed_at)"
+        ),
+        &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into()],
+    );
+    // A worker id this server had earlier in this run is claimed no more.
+    spi::run(
+        &format!(
+            "DELETE FROM {table} \
+             WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND timeline OPERATOR(pg_catalog.=) $2 \
+               AND instance OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.<>) $4"
+        ),
+        &[sysid.into(), tli.into(), instance.into(), worker.into()],
+    );
+    at.map_or_else(now_ms, |s| (s * 1000.0).floor() as i64)
+}
+
+/// Every claim the table holds, and a description of each row that cannot
+/// be judged (skipped, so that one bad row cannot stop the judging of the
+/// others). Timestamps are read as seconds, which infinite ones survive.
+fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
+    Spi::connect(|client| {
+        let rows = client.select(
+            &format!(
+                "SELECT worker_id, system_identifier, timeline, instance, name, \
+                 pg_catalog.date_part('epoch', claimed_at), pg_catalog.date_part('epoch', last_seen), \
+                 pg_catalog.convert_to(name, 'UTF8') \
+                 FROM {table}"
+            ),
+            None,
+            &[],
+        )?;
+        let (mut claims, mut skipped) = (Vec::new(), Vec::new());
+        for r in rows {
+            let row = Row {
+                worker_id: r.get::<i32>(1)?,
+                system_identifier: r.get::<i64>(2)?,
+                timeline: r.get::<i64>(3)?,
+                instance: r.get::<i64>(4)?,
+                // In the database's encoding; read as UTF-8 whatever that is.
+                name: r.get::<Vec<u8>>(8)?.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                claimed_at_s: r.get::<f64>(6)?,
+                last_seen_s: r.get::<f64>(7)?,
+            };
+            match row.claim() {
+                Ok(c) => claims.push(c),
+                Err(why) => skipped.push(row.describe_skipped(&why)),
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>((claims, skipped))
+    })
+    .map_err(|e| Failure::new(Class::Warning, format!("could not read snowflake_claims: {e}")))
+}
+
+/// Who holds a lock on the claims table (the sessions this worker's last
+/// write waited behind), for `problem`: anyone with UPDATE, DELETE or
+/// TRUNCATE on it (pg_write_all_data) can LOCK it, and no privilege of its
+/// own stops that.
+pub(super) fn lock_holders() -> Option<String> {
+    let table = claims_table_oid()?;
+    let who: Option<Text> = Spi::get_one_with_args(
+        "SELECT pg_catalog.string_agg(pg_catalog.format('process %s (role %s, in a transaction since %s)', \
+                a.pid, a.usename, a.xact_start), ', ') \
+         FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid \
+         WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.relation OPERATOR(pg_catalog.=) $1 \
+           AND l.granted AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()",
+        &[table.into()],
+    )
+    .ok()
+    .flatten();
+    who.map(|t| t.0)
+}
+
+fn claims_table_oid() -> Option<pg_sys::Oid> {
+    Spi::get_one::<pg_sys::Oid>(&format!("SELECT c.oid {CLAIMS_TABLE}"))
+        .ok()
+        .flatten()
+}
+
+/// Marks the claims of this server's start (`who`'s system, timeline and
+/// instance) as ended: `last_seen` becomes 1970. `None` if the table is
+/// not there or the statement failed.
+pub(super) fn end_claims(system_identifier: u64, timeline: u32, instance: u64) -> Option<()> {
+    let table = claims_table()?;
+    Spi::run_with_args(
+        &format!(
+            "UPDATE {table} SET last_seen = pg_catalog.to_timestamp(0) \
+             WHERE system_identifier OPERATOR(pg_catalog.=) $1 \
+               AND timeline OPERATOR(pg_catalog.=) $2 AND instance OPERATOR(pg_catalog.=) $3"
+        ),
+        &[
+            (system_identifier as i64).into(),
+            i64::from(timeline).into(),
+            (instance as i64).into(),
+        ],
+    )
+    .ok()
+}

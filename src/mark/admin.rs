@@ -1,0 +1,135 @@
+//! The superuser's ways to re-establish the mark: adopt the current
+//! settings after a refusal, and resume above IDs that arrived without it.
+
+use super::{file, io_failure, publish, read_only, refused, start, write};
+use crate::pg::clock::now_ms;
+use crate::pg::{role, xlog};
+use crate::shmem::Shmem;
+use snowflake_id_core::config::Config;
+use snowflake_id_core::generator::{Limits, Reservation};
+use snowflake_id_core::layout::Layout;
+use snowflake_id_core::mark::{Identity, Stored};
+use snowflake_id_core::resume;
+use snowflake_id_core::timefmt::{format_duration, format_instant};
+use snowflake_id_core::{Class, Failure};
+
+/// How long these functions wait for a synchronous standby; a superuser
+/// can cancel them sooner.
+const ADMIN_STANDBY_WAIT_MS: u64 = 60_000;
+
+fn require_superuser(function: &str) -> Result<(), Failure> {
+    if !role::is_superuser() {
+        return Err(Failure::new(
+            Class::Privilege,
+            format!("only a superuser may run {function}"),
+        ));
+    }
+    if xlog::in_recovery() {
+        return Err(read_only());
+    }
+    Ok(())
+}
+
+/// Re-establishes the durable state under the current settings, so that new
+/// IDs continue numerically above every ID the old state could cover.
+pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure> {
+    require_superuser("snowflake_adopt_settings()")?;
+    let (w, text) = shm.mark.with_lock(|| {
+        // Only a refused state is replaced: a running generator is never moved back.
+        if shm.refusal.mark().is_none() {
+            return Ok((
+                None,
+                format!(
+                    "nothing to adopt: IDs are already issued under {} with worker id {}",
+                    Identity::of(&cfg.layout).describe(),
+                    cfg.worker_id
+                ),
+            ));
+        }
+        let file = file();
+        let old = match file.read().map_err(|e| io_failure("read", e))? {
+            Stored::Valid(r) => Some(r),
+            Stored::Missing => None,
+            Stored::Damaged(_) => {
+                let aside = crate::pg::datadir::data_dir()
+                    .join(format!("snowflake_id.state.damaged-{}", now_ms()));
+                std::fs::rename(file.path(), &aside).map_err(|e| io_failure("move aside", e))?;
+                None
+            }
+        };
+        let floor = resume::adopted_mark(old.as_ref(), &cfg.layout)?;
+        let now_tick = cfg.layout.tick_at_ms(now_ms()).unwrap_or(0);
+        shm.gen.revoke_durable();
+        shm.gen.reset(floor, cfg.layout.sequence_bits());
+        shm.mark.set_generation(old.map_or(0, |r| r.generation));
+        start::settle(shm, cfg, lim);
+        let reservation = Reservation::for_layout(&cfg.layout);
+        let mark = reservation.target(&shm.gen, lim, now_tick, floor.unwrap_or(0));
+        let w = write(shm, cfg, mark)?;
+        shm.refusal.lift_mark();
+        let from = match old {
+            Some(r) => format!("{} (worker id {})", r.identity.describe(), r.worker_id),
+            None => "no readable state".to_string(),
+        };
+        let first = cfg
+            .layout
+            .tick_start_ms(floor.map_or(now_tick, |f| (f + 1).max(now_tick)));
+        Ok((
+            Some(w),
+            format!(
+                "adopted {} with worker id {} (from {from}); the next ID carries a time of {} or later",
+                Identity::of(&cfg.layout).describe(),
+                cfg.worker_id,
+                format_instant(first)
+            ),
+        ))
+    })?;
+    if let Some(w) = w {
+        publish(shm, w, ADMIN_STANDBY_WAIT_MS)?;
+    }
+    Ok(text)
+}
+
+/// Puts every later ID of this server above `id` (an ID of this server's
+/// layout, from any worker), durably: for data that arrived without the
+/// mark (pg_upgrade, a logical dump restored into a server that keeps the
+/// worker id).
+pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<String, Failure> {
+    require_superuser("snowflake_resume_above()")?;
+    if let Some(f) = refused(shm) {
+        return Err(f);
+    }
+    let layout: &Layout = &cfg.layout;
+    let tick = layout.decode_tick(id)?;
+    if tick >= layout.last_tick() {
+        return Err(Failure::new(
+            Class::IdOutOfRange,
+            format!("{} has no tick left above the ID {id}", layout.title()),
+        )
+        .hint("Move this server to a layout with a later end; see \"Changing the layout\" in the README."));
+    }
+    let now = now_ms();
+    let now_tick = layout.tick_at_ms(now).unwrap_or(0);
+    let w = shm.mark.with_lock(|| {
+        start::settle(shm, cfg, lim);
+        shm.gen.raise_floor(tick, lim.sequence_bits);
+        let reservation = Reservation::for_layout(layout);
+        let mark = reservation.next_mark(&shm.gen, lim, now_tick, tick + 1, shm.mark.tick());
+        write(shm, cfg, mark)
+    })?;
+    publish(shm, w, ADMIN_STANDBY_WAIT_MS)?;
+    let first_tick = (shm.gen.next() >> lim.sequence_bits).max(now_tick);
+    let first_ms = layout.tick_start_ms(first_tick);
+    let ahead = first_ms - now;
+    let mut text = format!(
+        "every new ID is above {id}; the next carries a time of {} or later",
+        format_instant(first_ms)
+    );
+    if ahead > 0 {
+        text.push_str(&format!(
+            ", {} ahead of the clock (calls wait or fail while that is more than snowflake_id.max_lead)",
+            format_duration(ahead as u64)
+        ));
+    }
+    Ok(text)
+}

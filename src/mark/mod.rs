@@ -1,0 +1,290 @@
+//! The durable high-water mark: every later ID of this server lies above
+//! it, through crashes, restores and failovers. Read from the state file
+//! when shared memory is made (`start`), raised by every mark record
+//! replayed from WAL (`redo`), moved ahead by the reserver (or, rarely, by
+//! a caller that got ahead of it) here, and re-established by the
+//! superuser's functions (`admin`).
+//!
+//! Every move of the mark is WAL-logged and flushed, then written to the
+//! state file, then (where a synchronous standby is configured) confirmed
+//! by the standby, and only then published to callers. A refusal revokes
+//! the published window; `publish` and `refuse_for_claim` keep the order
+//! between the two.
+
+pub mod admin;
+pub mod redo;
+pub mod start;
+
+use crate::pg::clock::now_ms;
+use crate::pg::xlog::{self, StandbyWait};
+use crate::shmem::mark::MarkSource;
+use crate::shmem::refusal::MarkRefusal;
+use crate::shmem::Shmem;
+use snowflake_id_core::config::Config;
+use snowflake_id_core::generator::{Limits, Reservation};
+use snowflake_id_core::mark::{Identity, MarkFile, Record};
+use snowflake_id_core::resume::Resume;
+use snowflake_id_core::timefmt::format_duration;
+use snowflake_id_core::{Class, Failure};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How long the reserver waits for a synchronous standby before it looks
+/// again (and takes in a reload, e.g. one that drops the standby).
+const RESERVER_STANDBY_WAIT_MS: u64 = 1000;
+
+fn file() -> MarkFile {
+    MarkFile::in_dir(crate::pg::datadir::data_dir())
+}
+
+fn io_failure(what: &str, e: std::io::Error) -> Failure {
+    Failure::new(Class::Io, format!("could not {what} the durable state file \"{}\": {e}", file().path().display()))
+        .hint("Check the data directory's disk space and permissions; no ID is issued until the state can be written.")
+}
+
+/// The error for generation asked of a server in recovery.
+pub fn read_only() -> Failure {
+    Failure::new(Class::ReadOnly, "cannot issue snowflake IDs during recovery")
+        .detail("A standby replays its primary's durable mark; it issues IDs only once promoted, and then above that mark.")
+        .hint("Issue IDs on the primary.")
+}
+
+/// Why generation is refused right now, if it is: the mark's reasons
+/// first, then another server's claim.
+pub fn refused(shm: &Shmem) -> Option<Failure> {
+    let f = match shm.refusal.mark() {
+        Some(MarkRefusal::StateFile) => crate::settings::config()
+            .ok()
+            .and_then(|cfg| match start::decide(cfg) {
+                Resume::Refused(f) => Some(f),
+                _ => None,
+            }),
+        Some(MarkRefusal::UnreadableRecord) => Some(
+            Failure::new(Class::Corrupted, "a durable mark record in this server's WAL could not be read")
+                .detail("Without it, IDs the original server issued could be issued again.")
+                .hint("If the system clock is certainly later than every ID this server's data holds, run SELECT snowflake_adopt_settings(); as a superuser to start a new state from the clock."),
+        ),
+        None if shm.refusal.claim() => Some(shm.claims.finding().failure().unwrap_or_else(|| {
+            Failure::new(Class::NotReady, "another live server claims this server's worker id")
+        })),
+        None => return None,
+    };
+    Some(f.unwrap_or_else(|| Failure::new(Class::NotReady, "snowflake_id generation is refused")))
+}
+
+/// Checks that this server may issue IDs at all (not a standby, not refused).
+pub fn may_issue(shm: &Shmem) -> Result<(), Failure> {
+    if xlog::in_recovery() {
+        return Err(read_only());
+    }
+    refused(shm).map_or(Ok(()), Err)
+}
+
+/// Sets or lifts the refusal for another server's claim on this worker id
+/// (the claims worker's finding); returns whether it was set before. The
+/// flag comes first, then the revocation of the durable window: a mark
+/// published meanwhile sees the flag and revokes it again (`publish`).
+pub fn refuse_for_claim(shm: &Shmem, refuse: bool) -> bool {
+    let was = shm.refusal.set_claim(refuse);
+    if refuse && !was {
+        shm.gen.revoke_durable();
+    }
+    was
+}
+
+/// The error the next write of the mark would meet in opening the state
+/// file (permissions, a read-only file system), if any.
+pub fn write_problem() -> Option<Failure> {
+    file()
+        .check_writable()
+        .err()
+        .map(|e| io_failure("write", e))
+}
+
+/// Whether moves of the mark wait for synchronous standbys: where marks
+/// are WAL-logged and `synchronous_standby_names` names any. A server-wide
+/// decision on purpose: a session's own `synchronous_commit` (which any
+/// user may turn off) must not publish a mark other sessions' IDs then
+/// rely on.
+fn waits_for_standbys() -> bool {
+    redo::enabled() && xlog::sync_standbys_named()
+}
+
+/// The error a call needing the mark moved would meet now because a
+/// synchronous standby has not confirmed the last mark for `max_wait`.
+pub fn standby_problem(shm: &Shmem, max_wait_ms: u64) -> Option<Failure> {
+    let since = shm.mark.standby_wait_since_ms()?;
+    (waits_for_standbys() && now_ms() - since >= max_wait_ms as i64)
+        .then(|| standby_silent(max_wait_ms))
+}
+
+/// The error of a call whose mark a synchronous standby did not confirm in
+/// time.
+fn standby_silent(waited_ms: u64) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "no synchronous standby confirmed snowflake_id's durable mark within {}",
+            format_duration(waited_ms)
+        ),
+    )
+    .detail("IDs above the mark are issued only once a standby named in synchronous_standby_names has flushed it, so that a failover to that standby cannot repeat them.")
+    .hint("Check that the standbys named in synchronous_standby_names are connected (pg_stat_replication). To issue IDs without them, remove them from synchronous_standby_names and reload; commits then stop waiting for them too.")
+}
+
+/// Whether the reserver should log the mark again: recovery from the
+/// newest checkpoint would not replay the last mark this server logged.
+/// Recovery starts *at* the redo pointer, and a record ending exactly there
+/// (the last record before an otherwise idle checkpoint) is not replayed.
+pub fn relog_due(shm: &Shmem) -> bool {
+    redo::enabled()
+        && shm.mark.generation() != 0
+        && shm.mark.logged_lsn().unwrap_or(0) <= xlog::redo_start()
+}
+
+/// Who moves the mark.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A caller needs ticks through this one covered before it may return;
+    /// it may wait `budget_ms` for a synchronous standby.
+    Caller { through_tick: u64, budget_ms: u64 },
+    /// The reserver, keeping ahead of callers. `active`: IDs were issued
+    /// since it last looked. `relog`: the latest checkpoint began after the
+    /// last mark this server logged, so recovery from it would not replay
+    /// the mark: log it again.
+    Reserver { active: bool, relog: bool },
+}
+
+/// A mark written to WAL and the state file, not yet published.
+#[derive(Clone, Copy)]
+struct Written {
+    mark: u64,
+    lsn: Option<u64>,
+}
+
+/// Moves the durable mark ahead: writes it, waits for a synchronous standby
+/// where one is configured, then publishes it. Returns how long a standby
+/// was waited for, in µs.
+pub fn extend(
+    shm: &Shmem,
+    cfg: &Config,
+    lim: &Limits,
+    now_tick: u64,
+    trigger: Trigger,
+) -> Result<u64, Failure> {
+    may_issue(shm)?;
+    let reservation = Reservation::for_layout(&cfg.layout);
+    let pending = shm.mark.with_lock(|| {
+        start::settle(shm, cfg, lim);
+        let written_here = shm.mark.source() == MarkSource::WrittenHere;
+        let through_tick = match trigger {
+            Trigger::Caller { through_tick, .. } if shm.gen.durable_end() > through_tick => {
+                return Ok(None)
+            }
+            // Written already and waiting for the standby: wait for it too.
+            Trigger::Caller { through_tick, .. }
+                if written_here && shm.mark.tick().is_some_and(|m| m >= through_tick) =>
+            {
+                return Ok(Some(Written {
+                    mark: shm.mark.tick().unwrap_or(0),
+                    lsn: shm.mark.logged_lsn(),
+                }));
+            }
+            Trigger::Caller { through_tick, .. } => through_tick,
+            // The first mark is written by the first caller: a state file means
+            // "IDs were issued under these settings", so none is written before.
+            Trigger::Reserver { .. } if shm.mark.generation() == 0 => return Ok(None),
+            Trigger::Reserver { active, relog } => {
+                if !relog && !reservation.due(&shm.gen, lim, now_tick, active) {
+                    return Ok(None);
+                }
+                0
+            }
+        };
+        let mark = reservation.next_mark(&shm.gen, lim, now_tick, through_tick, shm.mark.tick());
+        let w = write(shm, cfg, mark)?;
+        let counter = match trigger {
+            Trigger::Caller { .. } => &shm.counters.caller_writes,
+            Trigger::Reserver { .. } => &shm.counters.background_writes,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(w))
+    })?;
+    let budget_ms = match trigger {
+        Trigger::Caller { budget_ms, .. } => budget_ms,
+        Trigger::Reserver { .. } => RESERVER_STANDBY_WAIT_MS,
+    };
+    match pending {
+        Some(w) => publish(shm, w, budget_ms),
+        None => Ok(0),
+    }
+}
+
+/// Writes `mark` to WAL (flushed) and to the state file. Call holding the
+/// mark's lock; publish the result with [`publish`] after releasing it.
+fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
+    let (system_id, timeline) = xlog::origin();
+    let rec = Record {
+        generation: shm.mark.generation() + 1,
+        identity: Identity::of(&cfg.layout),
+        worker_id: cfg.worker_id,
+        mark_tick: mark,
+        written_at_ms: now_ms(),
+        system_id,
+        timeline,
+    };
+    let lsn = redo::log(&rec);
+    file().write(&rec).map_err(|e| io_failure("write", e))?;
+    shm.mark.note(&rec, MarkSource::WrittenHere);
+    if let Some(lsn) = lsn {
+        shm.mark.set_logged_lsn(lsn);
+    }
+    Ok(Written { mark, lsn })
+}
+
+/// Publishes a written mark once a synchronous standby (if any is asked
+/// for) confirmed it, waiting at most `budget_ms`; returns how long that
+/// took, in µs. Outside the lock: the wait can be long, and must stay
+/// cancellable. Cancel and `statement_timeout` end it with their error; the
+/// reserver's SIGTERM and the end of the budget with a failure. Either way
+/// the mark stays unpublished. Bounded, unlike a commit's wait, because a
+/// caller asked for an ID; `problem` in the status says when a mark has
+/// waited longer than `max_wait`.
+fn publish(shm: &Shmem, w: Written, budget_ms: u64) -> Result<u64, Failure> {
+    let waited_us =
+        match w.lsn.filter(|_| waits_for_standbys()) {
+            None => {
+                shm.mark.standby_wait_ends();
+                None
+            }
+            Some(lsn) => {
+                shm.mark.standby_wait_begins(now_ms());
+                match xlog::wait_for_sync_standbys(lsn, Duration::from_millis(budget_ms)) {
+                    StandbyWait::Confirmed(took) => {
+                        shm.mark.standby_wait_ends();
+                        Some(took.as_micros() as u64)
+                    }
+                    StandbyWait::TimedOut => return Err(standby_silent(budget_ms)),
+                    StandbyWait::Stopped => return Err(Failure::new(
+                        Class::NotReady,
+                        "stopped waiting for the synchronous standby to confirm the durable mark",
+                    )),
+                }
+            }
+        };
+    if let Some(us) = waited_us {
+        shm.counters.standby_waits.fetch_add(1, Ordering::Relaxed);
+        shm.counters
+            .standby_wait_us
+            .fetch_add(us, Ordering::Relaxed);
+    }
+    shm.gen.publish_durable(w.mark);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    // A claim refusal that came while this mark was written revoked the
+    // window before this publish: revoke it again (the flag is set before
+    // the revocation, both sequentially consistent: `refuse_for_claim`).
+    if shm.refusal.claim() {
+        shm.gen.revoke_durable();
+    }
+    Ok(waited_us.unwrap_or(0))
+}

@@ -1,0 +1,17 @@
+//! Safe wrappers over Postgres's C API, and nothing of snowflake_id's own:
+//! every `unsafe` call into Postgres the rest of the shell needs lives
+//! here or next to the one structure it serves. Imports nothing from the
+//! crate above it.
+
+pub mod clock;
+pub mod datadir;
+pub mod encoding;
+pub mod error;
+pub mod guc;
+pub mod process;
+pub mod role;
+pub mod row;
+pub mod signals;
+pub mod spi;
+pub mod text;
+pub mod xlog;

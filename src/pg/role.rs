@@ -1,0 +1,17 @@
+//! Who the session is acting as.
+
+use pgrx::pg_sys;
+
+/// Whether the current role is a superuser.
+pub fn is_superuser() -> bool {
+    // SAFETY: a catalog lookup of the current role, inside a transaction
+    // (every caller is a SQL function or a hook of one).
+    unsafe { pg_sys::superuser() }
+}
+
+/// Whether the current role has the privileges of `role` (is it, or a
+/// member of it that inherits), or is a superuser.
+pub fn acts_as(role: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups of the current role and its memberships.
+    is_superuser() || unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), role) }
+}

@@ -1,0 +1,103 @@
+//! What the claims worker publishes (`bgworkers::claims`), and the hold
+//! the commands that need its database free put on it (`bgworkers::claims::away`).
+//! Whether a claim refuses generation is kept with the other refusals.
+
+use super::pid::Pid;
+use super::text::SharedText;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+/// What the claims worker publishes.
+#[repr(C, align(64))]
+pub struct ClaimsState {
+    pub pid: Pid,
+    /// This start's instance number (0 until the claims worker first runs).
+    instance: AtomicU64,
+    /// The first finding, as `Failure::to_text`; empty when there is none.
+    finding: SharedText,
+    /// Why claims are not being written or read, as `Failure::to_text`.
+    trouble: SharedText,
+    /// The first row of the table that could not be judged, if any.
+    skipped: SharedText,
+    /// Commands under way that need the worker out of its database (see
+    /// `bgworkers::claims::away`), and until when (Unix ms) at the latest.
+    away_commands: AtomicU32,
+    away_until_ms: AtomicI64,
+    /// When a command last sent the worker away.
+    last_away_ms: AtomicI64,
+    /// Until when the worker stays out of a database it found a template.
+    template_until_ms: AtomicI64,
+}
+
+impl ClaimsState {
+    pub const fn new() -> ClaimsState {
+        ClaimsState {
+            pid: Pid::new(),
+            instance: AtomicU64::new(0),
+            finding: SharedText::new(),
+            trouble: SharedText::new(),
+            skipped: SharedText::new(),
+            away_commands: AtomicU32::new(0),
+            away_until_ms: AtomicI64::new(0),
+            last_away_ms: AtomicI64::new(0),
+            template_until_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Holds the worker out of its database for one more command, until
+    /// `release_away` or `until_ms` (Unix ms) at the latest; for a role
+    /// other than a superuser, only if none did so in the last `every_ms`.
+    pub fn hold_away(&self, now_ms: i64, until_ms: i64, superuser: bool, every_ms: i64) -> bool {
+        let last = self.last_away_ms.load(Ordering::SeqCst);
+        if !superuser && now_ms - last < every_ms {
+            return false;
+        }
+        self.last_away_ms.store(now_ms, Ordering::SeqCst);
+        self.away_until_ms.fetch_max(until_ms, Ordering::SeqCst);
+        self.away_commands.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+
+    /// Ends one command's hold.
+    pub fn release_away(&self) {
+        let _ = self
+            .away_commands
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// Whether the worker must stay out of its database now.
+    pub fn kept_out(&self, now_ms: i64) -> bool {
+        self.away_commands.load(Ordering::SeqCst) > 0
+            && self.away_until_ms.load(Ordering::SeqCst) > now_ms
+            || self.template_until_ms.load(Ordering::SeqCst) > now_ms
+    }
+
+    /// This start's instance number, 0 until the worker first ran.
+    pub fn instance(&self) -> u64 {
+        self.instance.load(Ordering::Relaxed)
+    }
+
+    pub fn set_instance(&self, instance: u64) {
+        self.instance.store(instance, Ordering::Relaxed);
+    }
+
+    /// Keeps the worker out of a database it found to be a template until
+    /// `until_ms`.
+    pub fn stay_out_until(&self, until_ms: i64) {
+        self.template_until_ms.store(until_ms, Ordering::SeqCst);
+    }
+
+    /// The first finding of the last refresh, empty when there is none.
+    pub fn finding(&self) -> &SharedText {
+        &self.finding
+    }
+
+    /// Why claims are not being written or read, empty while they are.
+    pub fn trouble(&self) -> &SharedText {
+        &self.trouble
+    }
+
+    /// The first row of the table that could not be judged, if any.
+    pub fn skipped(&self) -> &SharedText {
+        &self.skipped
+    }
+}
