@@ -61,9 +61,9 @@ if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
 fi
 
 # The client example's and the JavaScript recipes' packages (examples/node,
-# tests/apps/node), each pinned by its lock file; npm keeps what it
+# tests/clients/apps/node), each pinned by its lock file; npm keeps what it
 # downloaded in ~/.npm, so a second clone installs from there.
-for dir in examples/node tests/apps/node; do
+for dir in examples/node tests/clients/apps/node; do
     here="$(dirname "$0")/../$dir"
     if [[ ! -f "$here/node_modules/.package-lock.json" || "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]]; then
         say "Installing the Node.js packages of $dir (npm ci)"
@@ -72,7 +72,7 @@ for dir in examples/node tests/apps/node; do
 done
 
 # The client libraries and frameworks the tests drive (tests/drivers/requirements.txt:
-# the drivers, and Django, SQLAlchemy and Alembic for tests/apps/python),
+# the drivers, and Django, SQLAlchemy and Alembic for tests/clients/apps/python),
 # pinned, in a virtual environment outside the repository named after the
 # requirements' checksum: a second run reuses it.
 requirements="$(dirname "$0")/../tests/drivers/requirements.txt"

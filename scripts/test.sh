@@ -3,14 +3,16 @@
 #   1. gates: cargo fmt --check, cargo clippy -D warnings (every target)
 #   2. the pure-Rust core: unit and property tests (cargo test)
 #   3. that a PostgreSQL major nobody serves is skipped, said, and does not
-#      fail the run, and that a required one does (tests/test_builds.py)
+#      fail the run, and that a required one does (tests/packaging/test_builds.py),
+#      and that META.json is valid (tests/packaging/test_meta.py)
 #   4. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
 #   5. that sql/ holds the install script the code generates
 #   6. against real servers started for the purpose: pg_regress files and
-#      the update from 0.1.0, then concurrency, crashes (kill -9), restarts,
-#      clock steps (libfaketime), bulk throttling, settings, replication
-#      between clusters (streaming, logical, pglogical), snowflake_convert
-#      under load, and the client examples in examples/ (pytest, tests/*.py)
+#      the update from 0.1.0 (tests/packaging), then one server's behaviour
+#      (tests/server: concurrency, crashes with kill -9, clock steps with
+#      libfaketime, settings, security, snowflake_convert under load),
+#      replication and copies between clusters (tests/replication), and
+#      what applications run (tests/clients: the examples and the recipes)
 #   7. the same on the other PostgreSQL majors (scripts/versions.sh) whose
 #      source could be had: the #[pg_test] tests, the regression files and
 #      the update on each, and every real-server test on the newest
@@ -127,7 +129,7 @@ if wanted package; then
     # put the development files back.
     dpkg --configure -a >/dev/null 2>&1 || true
     pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
-    /usr/bin/python3 tests/test_packages.py --remove-stand-ins
+    /usr/bin/python3 tests/packaging/test_packages.py --remove-stand-ins
 fi
 
 pytest() { /usr/bin/python3 -m pytest -v -s -p no:cacheprovider "$@"; }
@@ -149,13 +151,12 @@ schema() {
         return 1
     fi
 }
-server_tests=(--ignore=tests/test_packages.py --ignore=tests/test_regress.py --ignore=tests/test_upgrade.py
-    --ignore=tests/test_pg_upgrade.py --ignore=tests/test_builds.py --ignore=tests/apps)
+server_tests=(tests/server tests/replication tests/clients)
 
 layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
 layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
 layer all fallback "A major nobody serves is skipped and said; a required one fails the run" \
-    pytest tests/test_builds.py
+    pytest tests/packaging/test_builds.py tests/packaging/test_meta.py
 
 m=$SYSTEM_MAJOR
 layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests in a real PostgreSQL" \
@@ -165,10 +166,10 @@ if wanted regress || wanted update || wanted server; then
     step "Installing the extension into the system PostgreSQL"
     cargo pgrx install --pg-config "$PG_CONFIG"
 fi
-layer "$m" regress "PostgreSQL $m: regression files" pytest tests/test_regress.py
-layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/test_upgrade.py
-layer "$m" server "PostgreSQL $m: real servers: concurrency, crashes, clock steps, replication, settings" \
-    pytest "${server_tests[@]}" tests/
+layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py
+layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py
+layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
+    pytest "${server_tests[@]}"
 
 upgrade_from=""
 for m in $(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n); do
@@ -183,7 +184,7 @@ for m in $(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n); do
     # pg_regress sits beside PGXS, wherever configure put the library
     # directory (prefix/lib, or prefix/lib/postgresql).
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
-    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/test_regress.py
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py
     if [[ -n $upgrade_from ]]; then
         # pg_upgrade from the oldest major built here, which has the extension
         # installed by now. Not from the system's: Debian's 15.20 gives every
@@ -191,20 +192,20 @@ for m in $(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n); do
         # round, as the pinned ones are, do not know.
         SNOWFLAKE_UPGRADE_FROM_BIN="$PG_CACHE/$upgrade_from/bin" \
             layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $upgrade_from" \
-            pytest tests/test_upgrade.py tests/test_pg_upgrade.py
+            pytest tests/packaging/test_upgrade.py tests/packaging/test_pg_upgrade.py
     else
-        layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/test_upgrade.py
+        layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py
         if wanted update; then upgrade_from=$m; fi
     fi
     if [[ $m == "$newest" ]]; then
-        layer "$m" server "PostgreSQL $m: every real-server test" pytest "${server_tests[@]}" tests/
+        layer "$m" server "PostgreSQL $m: every real-server test" pytest "${server_tests[@]}"
     fi
     unset PG_BIN PG_REGRESS
 done
 
 package() {
     scripts/package.sh "$SYSTEM_MAJOR" $SNOWFLAKE_AVAILABLE_MAJORS
-    pytest tests/test_packages.py
+    pytest tests/packaging/test_packages.py
     for m in $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=passed; done
 }
 layer "$SYSTEM_MAJOR" package "Packages: a release .deb per major, installed with apt and used" package

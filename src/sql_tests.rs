@@ -318,7 +318,7 @@ mod tests {
             (worker, layout.as_deref()),
             (Some(42), Some("snowflake_id"))
         );
-        assert!(pid.is_some(), "the background writer is not running");
+        assert!(pid.is_some(), "the reserver is not running");
         assert!(one::<bool>("SELECT durable_mark >= last_id_time AND time_left > interval '60 years' FROM snowflake_id.snowflake_status"));
     }
 

@@ -5,7 +5,7 @@
 //! promoted or restored server right after recovery, and watches the system
 //! clock for backward steps.
 
-use super::{enter, Worker};
+use super::skeleton::{enter, Worker};
 use crate::mark::{self, Trigger};
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::{error, process, signals};

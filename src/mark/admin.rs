@@ -1,7 +1,8 @@
 //! The superuser's ways to re-establish the mark: adopt the current
 //! settings after a refusal, and resume above IDs that arrived without it.
 
-use super::{file, io_failure, publish, read_only, refused, start, write};
+use super::file::{file, io_failure};
+use super::{publish, read_only, refused, start, write};
 use crate::pg::clock::now_ms;
 use crate::pg::{role, xlog};
 use crate::shmem::Shmem;

@@ -12,6 +12,7 @@
 //! between the two.
 
 pub mod admin;
+mod file;
 pub mod redo;
 pub mod start;
 
@@ -20,9 +21,10 @@ use crate::pg::xlog::{self, StandbyWait};
 use crate::shmem::mark::MarkSource;
 use crate::shmem::refusal::MarkRefusal;
 use crate::shmem::Shmem;
+use file::{file, io_failure};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
-use snowflake_id_core::mark::{Identity, MarkFile, Record};
+use snowflake_id_core::mark::{Identity, Record};
 use snowflake_id_core::resume::Resume;
 use snowflake_id_core::timefmt::format_duration;
 use snowflake_id_core::{Class, Failure};
@@ -32,15 +34,6 @@ use std::time::Duration;
 /// How long the reserver waits for a synchronous standby before it looks
 /// again (and takes in a reload, e.g. one that drops the standby).
 const RESERVER_STANDBY_WAIT_MS: u64 = 1000;
-
-fn file() -> MarkFile {
-    MarkFile::in_dir(crate::pg::datadir::data_dir())
-}
-
-fn io_failure(what: &str, e: std::io::Error) -> Failure {
-    Failure::new(Class::Io, format!("could not {what} the durable state file \"{}\": {e}", file().path().display()))
-        .hint("Check the data directory's disk space and permissions; no ID is issued until the state can be written.")
-}
 
 /// The error for generation asked of a server in recovery.
 pub fn read_only() -> Failure {

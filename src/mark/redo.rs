@@ -5,7 +5,7 @@
 //! `sequence.c`. PostgreSQL 13 and 14 have no custom resource managers:
 //! marks are not WAL-logged there (see the README).
 
-use super::{file, io_failure};
+use super::file::{file, io_failure};
 use crate::pg::error;
 use crate::settings;
 use crate::shmem::mark::MarkSource;

@@ -2,7 +2,7 @@
 //! made (the postmaster, at start and after a crash), and settled once
 //! recovery is over, when a copy of another server's data shows.
 
-use super::{file, io_failure};
+use super::file::{file, io_failure};
 use crate::pg::error;
 use crate::pg::xlog;
 use crate::settings;

@@ -16,8 +16,8 @@ unsafe fn names(desc: pg_sys::TupleDesc) -> Vec<String> {
     // SAFETY: a valid descriptor Postgres owns (see above); not released here.
     let desc = unsafe { pgrx::tupdesc::PgTupleDesc::from_pg_unchecked(desc) };
     desc.iter()
-        // SAFETY: an attribute's name is a NUL-terminated NameData.
         .map(|a| {
+            // SAFETY: an attribute's name is a NUL-terminated NameData.
             unsafe { CStr::from_ptr(a.attname.data.as_ptr()) }
                 .to_string_lossy()
                 .into_owned()

@@ -16,7 +16,7 @@
 pub mod away;
 mod table;
 
-use super::{enter, Worker};
+use super::skeleton::{enter, Worker};
 use crate::mark;
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::datadir::data_dir;

@@ -1,0 +1,50 @@
+//! What every background worker of this library does first: SIGTERM and
+//! SIGHUP handled (see `pg::signals`), and its process id in shared memory
+//! until it exits, cleared by one exit callback.
+
+use crate::pg::{process, signals};
+use crate::shmem::pid::Pid;
+use crate::shmem::{self, Shmem};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// Which worker a process is.
+#[derive(Clone, Copy)]
+pub(super) enum Worker {
+    Reserver = 0,
+    Claims = 1,
+}
+
+impl Worker {
+    fn pid(self, shm: &Shmem) -> &Pid {
+        match self {
+            Worker::Reserver => &shm.reserver_pid,
+            Worker::Claims => &shm.claims.pid,
+        }
+    }
+}
+
+/// The start of each worker's main: SIGTERM and SIGHUP handled (see
+/// `pg::signals`), and its process id published until it exits. `None`
+/// where the library has no shared memory (it was not preloaded).
+pub(super) fn enter(worker: Worker) -> Option<&'static Shmem> {
+    signals::handle_signals();
+    let shm = shmem::get()?;
+    // SAFETY: registering an exit callback in this process; the argument
+    // is which worker it is.
+    unsafe { pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(worker as usize)) };
+    worker.pid(shm).set(process::pid());
+    Some(shm)
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn forget_pid(_code: i32, arg: pg_sys::Datum) {
+    let worker = if arg.value() == Worker::Claims as usize {
+        Worker::Claims
+    } else {
+        Worker::Reserver
+    };
+    if let Some(shm) = shmem::get() {
+        worker.pid(shm).clear();
+    }
+}

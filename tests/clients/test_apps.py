@@ -1,0 +1,91 @@
+"""The recipes of docs/applications.md, run as an application would run them.
+
+Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
+ORM, drizzle-kit; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
+checks its own results and exits non-zero on any wrong ID. Here each runs
+against a real server, with the libraries pinned in tests/clients/apps/node's lock
+file and tests/drivers/requirements.txt, as `app`: a role that is no
+superuser, owns its database, may create databases (Django's test runner
+and the Alembic check make their own), and installs the extension itself
+(it is trusted). Both on the default layout, whose IDs do not fit a
+JavaScript Number, and on js53, whose IDs do.
+
+And the guide says only what the recipes do: every JavaScript and Python
+block of docs/applications.md is a fragment of a recipe file."""
+
+import glob
+import os
+import re
+import subprocess
+
+import pytest
+
+from harness import REPO, application_role, drivers_python, server
+
+APPS = os.path.join(REPO, "tests", "clients", "apps")
+GUIDE = os.path.join(REPO, "docs", "applications.md")
+
+NODE_RECIPES = ["pg-strings.mjs", "pg-bigint.mjs", "postgres-js.mjs", "drizzle.mjs", "drizzle-kit-push.mjs"]
+PYTHON_RECIPES = [
+    # (directory under tests/clients/apps/python, arguments after the venv's python)
+    ("django_app", ["manage.py", "test", "--noinput"]),
+    ("django_app", ["manage.py", "test", "--noinput", "--settings=snowproj.settings_customuser"]),
+    ("django_app", ["convert_demo.py"]),
+    ("sqlalchemy_app", ["flush_batch.py"]),
+    ("sqlalchemy_app", ["check_alembic.py"]),
+    (".", ["drivers_ids.py"]),
+]
+
+
+def run(cwd, command, env):
+    out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    text = out.stdout + out.stderr
+    print(f"$ {' '.join(command)}  (in {os.path.relpath(cwd, REPO)})\n{text[-4000:]}")
+    assert out.returncode == 0, f"{' '.join(command)} failed:\n{text[-6000:]}"
+    return text
+
+
+@pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
+def test_every_recipe_as_an_application_role(layout):
+    with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
+        env = {**os.environ, **application_role(s, createdb=True), "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("PGPASSWORD", None)
+        for recipe in NODE_RECIPES:
+            assert f"OK {recipe.removesuffix('.mjs')}" in run(os.path.join(APPS, "node"), ["node", recipe], env)
+        python = drivers_python()
+        for where, args in PYTHON_RECIPES:
+            text = run(os.path.join(APPS, "python", where), [python, *args], env)
+            assert re.search(r"^OK\b", text, re.M), text[-2000:]
+        # Nothing the recipes did made the role more than it was.
+        assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+
+
+def code_blocks(markdown, languages):
+    """(language, text) of each fenced block in one of `languages`, dedented."""
+    blocks = []
+    for m in re.finditer(r"^( *)```(\w+)\n(.*?)^\1```", markdown, re.M | re.S):
+        if m.group(2) in languages:
+            blocks.append((m.group(2), m.group(3)))
+    return blocks
+
+
+def lines_of(text):
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def contains(haystack, needle):
+    n = len(needle)
+    return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
+    with open(GUIDE) as f:
+        blocks = code_blocks(f.read(), {"js", "python"})
+    sources = {
+        "js": [p for p in glob.glob(f"{APPS}/node/**/*.*js", recursive=True) if "node_modules" not in p],
+        "python": glob.glob(f"{APPS}/python/**/*.py", recursive=True),
+    }
+    texts = {lang: [lines_of(open(p).read()) for p in paths] for lang, paths in sources.items()}
+    assert len(blocks) >= 20, f"only {len(blocks)} blocks found"
+    strangers = [text for lang, text in blocks if not any(contains(t, lines_of(text)) for t in texts[lang])]
+    assert strangers == [], "blocks of docs/applications.md that no recipe runs:\n" + "\n---\n".join(strangers)

@@ -1,0 +1,80 @@
+"""The test command on a machine where a PostgreSQL major's source cannot be
+had: the run goes on without it, says so at that point and in its summary,
+and exits 0; a major listed in SNOWFLAKE_REQUIRED_MAJORS fails it instead,
+saying why.
+
+Made real: scripts/test.sh itself runs (only its core layer, with a build
+cache of its own that holds no build of 17), its builds script asks Debian's
+real mirror for a suite that does not exist, and no pinned source is
+offered, which is what a machine sees when every suite that carries a major
+has moved on or is served late.
+"""
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_tests(tmp, **env):
+    """scripts/test.sh with 17 as the only other major, unavailable."""
+    env = {
+        **os.environ,
+        "SNOWFLAKE_OTHER_MAJORS": "17",
+        "SNOWFLAKE_PG_SUITES_17": "no-such-suite",
+        "SNOWFLAKE_PG_PINS": "/dev/null",
+        "SNOWFLAKE_PG_CACHE": os.path.join(tmp, "cache"),
+        "SNOWFLAKE_TEST_DIR": os.path.join(tmp, "tests"),
+        "SNOWFLAKE_TEST_LAYERS": "core",
+        **env,
+    }
+    for k in ("SNOWFLAKE_AVAILABLE_MAJORS", "SNOWFLAKE_REQUIRED_MAJORS", "PG_BIN", "PG_REGRESS"):
+        if k not in env or env[k] is None:
+            env.pop(k, None)
+    return subprocess.run([os.path.join(REPO, "scripts", "test.sh")], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1800)
+
+
+def summary_of(out):
+    assert "==> Summary" in out, out[-3000:]
+    return out[out.index("==> Summary"):]
+
+
+@pytest.fixture
+def tmp():
+    with tempfile.TemporaryDirectory(prefix="snowflake_id-builds-") as d:
+        yield d
+
+
+def test_an_unavailable_major_is_skipped_said_and_the_run_passes(tmp):
+    r = run_tests(tmp, SNOWFLAKE_REQUIRED_MAJORS=None)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    # Loudly where it was found out, with what was asked.
+    assert "PostgreSQL 17 is UNAVAILABLE" in r.stderr, r.stderr[-3000:]
+    assert "no-such-suite" in r.stderr
+    summary = summary_of(r.stdout)
+    header = next(line for line in summary.splitlines() if line.startswith("layer"))
+    assert header.split()[1:] == ["15", "17"], header
+    # Columns 22 characters wide: the layer, then one per major.
+    rows = {line[:22].strip(): [line[i:i + 22].strip() for i in range(22, len(line), 22)]
+            for line in summary.splitlines()[3:] if line[:22].strip()}
+    cells = lambda row: rows[row]
+    assert cells("core: cargo test") == ["passed", "passed"], summary
+    for row in ("#[pg_test]", "regression files", "update, pg_upgrade", "Debian package"):
+        assert cells(row) == ["not asked", "skipped (no source)"], (row, summary)
+    # Again at the end, with the reason.
+    assert "!!! PostgreSQL 17 was NOT tested: no source of PostgreSQL 17 could be had" in summary, summary
+    assert summary.rstrip().endswith("All tests that could run passed."), summary
+
+
+def test_a_required_major_that_cannot_be_had_fails_the_run(tmp):
+    r = run_tests(tmp, SNOWFLAKE_REQUIRED_MAJORS="17")
+    assert r.returncode != 0, (r.stdout + r.stderr)[-3000:]
+    assert ("PostgreSQL 17 is required (SNOWFLAKE_REQUIRED_MAJORS=\"17\") but could not be had"
+            in r.stderr), r.stderr[-3000:]
+    summary = summary_of(r.stdout)
+    assert "FAILED" in summary and "All tests that could run passed." not in summary, summary

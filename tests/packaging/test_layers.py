@@ -1,0 +1,141 @@
+"""The shell's layers import only downward, and no file of the shell or the
+core imports another in a circle (README, "Development"). Read from the
+sources, as the compiler sees the paths they name: `crate::a::b`,
+`super::c`, and grouped `use` lists of either."""
+
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Lowest first: each may name only those before it.
+LAYERS = ["pg", "settings", "shmem", "mark", "issue", "bgworkers", "api"]
+# lib.rs wires every part; sql_tests are the #[pg_test] tests, of the whole.
+ABOVE_ALL = {"lib", "sql_tests"}
+
+
+def modules(src):
+    """Module path (a tuple) -> file, for every .rs file under `src`."""
+    found = {}
+    for root, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            rel = os.path.relpath(os.path.join(root, f), src)[:-3].split(os.sep)
+            if rel[-1] == "mod":
+                rel = rel[:-1]
+            if rel == ["lib"]:
+                rel = []
+            found[tuple(rel)] = os.path.join(root, f)
+    return found
+
+
+def strip_comments(text):
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+
+
+PATH = r"[a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*"
+
+
+def named_paths(text):
+    """Every (root, path) a file names: root is `crate` or `super`."""
+    text = strip_comments(text)
+    out = []
+    for root, prefix, group in re.findall(r"\b(crate|super)::((?:[a-z_][a-z0-9_]*::)*)\{([^}]*)\}", text):
+        for item in group.split(","):
+            item = item.strip().split(" as ")[0].strip()
+            if item and item != "self":
+                out.append((root, prefix + item))
+            elif item == "self":
+                out.append((root, prefix.rstrip(":")))
+    for root, path in re.findall(rf"\b(crate|super)::({PATH})", text):
+        out.append((root, path))
+    return out
+
+
+def resolve(mods, base, path):
+    """The longest module named by `base` + `path` (the rest is an item)."""
+    parts = list(base) + [p for p in path.split("::") if p]
+    while parts and tuple(parts) not in mods:
+        parts.pop()
+    return tuple(parts)
+
+
+def graph(src):
+    mods = modules(src)
+    edges = {}
+    for mod, path in mods.items():
+        text = open(path, encoding="utf-8").read()
+        targets = set()
+        for root, named in named_paths(text):
+            base = () if root == "crate" else mod[:-1]
+            t = resolve(mods, base, named)
+            if t != mod:
+                targets.add(t)
+        # A child module named from its parent without a root (`start::x`,
+        # `use file::{..}`): the parent imports it.
+        for child in re.findall(r"(?<![:\w])([a-z_][a-z0-9_]*)::", strip_comments(text)):
+            if mod + (child,) in mods:
+                targets.add(mod + (child,))
+        edges[mod] = targets
+    return edges
+
+
+def circles(edges):
+    found, state = [], {}
+
+    def visit(n, stack):
+        state[n] = "open"
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == "open":
+                found.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m, stack)
+        stack.pop()
+        state[n] = "done"
+
+    for n in sorted(edges):
+        if n not in state:
+            visit(n, [])
+    return found
+
+
+@pytest.mark.parametrize("src", ["src", "core/src"])
+def test_no_file_imports_another_in_a_circle(src):
+    edges = graph(os.path.join(REPO, src))
+    assert len(edges) > 10, "the sources were not found"
+    assert circles(edges) == []
+
+
+def test_each_layer_names_only_the_layers_below_it():
+    edges = graph(os.path.join(REPO, "src"))
+    tops = {m[0] if m else "lib" for m in edges}
+    assert tops <= set(LAYERS) | ABOVE_ALL, f"a part of the shell in no layer: {tops - set(LAYERS) - ABOVE_ALL}"
+    wrong = []
+    for mod, targets in edges.items():
+        top = mod[0] if mod else "lib"
+        if top in ABOVE_ALL:
+            continue
+        for t in targets:
+            other = t[0] if t else "lib"
+            if other != top and (other in ABOVE_ALL or LAYERS.index(other) > LAYERS.index(top)):
+                wrong.append(f"{'::'.join(mod)} names {'::'.join(t) or 'the crate root'}")
+    assert wrong == []
+
+
+def test_the_core_knows_nothing_of_the_shell():
+    for mod, path in modules(os.path.join(REPO, "core", "src")).items():
+        text = strip_comments(open(path, encoding="utf-8").read())
+        assert "pgrx" not in text and "snowflake_id::" not in text, path
+
+
+def test_the_checks_catch_what_they_look_for():
+    # A circle, and a layer naming one above it, in sources made for it.
+    edges = {("a",): {("b",)}, ("b",): {("a",)}}
+    assert circles(edges) == [[("a",), ("b",), ("a",)]]
+    text = "use crate::api::status;\nuse super::{x, y as z};\n// crate::bgworkers in a comment\n"
+    assert named_paths(text) == [("super", "x"), ("super", "y"), ("crate", "api::status")]

@@ -1,0 +1,88 @@
+"""ALTER EXTENSION snowflake_id UPDATE from 0.1.0: generation continues
+above the IDs issued under 0.1.0, and what 0.2.0 adds works."""
+
+import os
+import shutil
+import subprocess
+
+from harness import PG_BIN, Server
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
+    share = subprocess.run([f"{PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
+    # The released install script, as a server that had 0.1.0 installed holds it.
+    shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+    srv = Server("upgrade")
+    srv.start()
+    try:
+        srv.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'")
+        srv.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
+        srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        assert srv.one("SELECT count(*) FROM information_schema.columns WHERE table_name = 'snowflake_status' AND column_name = 'mark_source'") == 0
+        # The upgrade procedure: the new library is in place, restart, update.
+        srv.stop()
+        srv.start()
+        srv.sql("ALTER EXTENSION snowflake_id UPDATE")
+        assert srv.one("SELECT extversion FROM pg_extension WHERE extname = 'snowflake_id'") == "0.2.0"
+        top = srv.one("SELECT max(id) FROM t")
+        srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        assert srv.one("SELECT min(id) FROM t WHERE id > %s", (top,)) is not None
+        assert srv.one("SELECT count(*) FROM t WHERE id > %s", (top,)) == 1000
+        assert srv.one("SELECT mark_source FROM snowflake_id.snowflake_status") == "written here"
+        assert "every new ID is above" in srv.one("SELECT snowflake_resume_above(max(id)) FROM t")
+        assert srv.one("SELECT has_function_privilege('public', 'snowflake_resume_above(bigint)', 'EXECUTE')") is False
+        # An updated extension is the same as a fresh install: functions, their
+        # attributes and who may use them, and the status view's privileges.
+        srv.sql("CREATE DATABASE fresh")
+        fresh = srv.connect(dbname="fresh")
+        fresh.cursor().execute("CREATE EXTENSION snowflake_id")
+        fresh.close()
+        # Functions with their whole signature (OUT columns included), and
+        # the view with its columns.
+        catalog = """
+            SELECT p.oid::regprocedure::text, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+                   provolatile::text, proisstrict, proparallel::text, coalesce(proacl::text, ''),
+                   coalesce(proconfig::text, '')
+            FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
+            UNION ALL SELECT c.oid::regclass::text, relkind::text,
+                             (SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod)
+                                                || CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END, ', '
+                                                ORDER BY attnum)
+                              FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped),
+                             (SELECT string_agg(pg_get_constraintdef(k.oid), '; ' ORDER BY 1)
+                              FROM pg_constraint k WHERE k.conrelid = c.oid),
+                             false, '', coalesce(relacl::text, ''),
+                             -- its triggers, and when they fire
+                             coalesce((SELECT string_agg(t.tgenabled::text || ' ' || pg_get_triggerdef(t.oid), '; '
+                                                         ORDER BY t.tgname)
+                                       FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal), '')
+            FROM pg_class c JOIN pg_depend d ON d.objid = c.oid AND d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
+            -- the extension's own schema, who owns it and who may use it
+            UNION ALL SELECT 'schema ' || nspname, pg_get_userbyid(nspowner)::text, '', '', e.extrelocatable, '',
+                             coalesce(nspacl::text, ''), ''
+            FROM pg_namespace n JOIN pg_depend d ON d.objid = n.oid AND d.classid = 'pg_namespace'::regclass AND d.deptype = 'e'
+            JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'snowflake_id'
+            ORDER BY 1"""
+        updated = srv.sql(catalog)
+        with srv.connect(dbname="fresh") as conn, conn.cursor() as cur:
+            cur.execute(catalog)
+            assert updated == cur.fetchall()
+        assert any("pg_read_all_stats" in row[6] for row in updated), updated
+        # The extension's table and view are out of the application's schema.
+        assert "schema snowflake_id" in {row[0] for row in updated}, updated
+        assert dict((r[0], r[4]) for r in updated)["schema snowflake_id"] is False  # not relocatable
+        assert "pg_read_all_stats=U/" in dict((r[0], r[6]) for r in updated)["schema snowflake_id"]
+        assert srv.one("SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+                       " AND relname LIKE 'snowflake%'") == 0
+        assert {row[0] for row in updated} >= {"snowflake_id.snowflake_status", "snowflake_id.snowflake_claims"}, updated
+        assert "PRIMARY KEY (system_identifier, timeline, instance, worker_id)" in dict((r[0], r[3]) for r in updated)["snowflake_id.snowflake_claims"]
+        assert "A CREATE TRIGGER snowflake_claims_guard BEFORE" in dict((r[0], r[7]) for r in updated)["snowflake_id.snowflake_claims"]
+        # snowflake_convert pins its search path and turns row security off.
+        assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean,boolean)"] \
+            == "{\"search_path=pg_catalog, pg_temp\",row_security=off}"
+    finally:
+        srv.destroy()

@@ -1,0 +1,119 @@
+"""The durable mark itself: an idle server writes nothing (no state-file
+write, no WAL record), the WAL it adds under load is small, one damaged slot
+of the state file never sends generation back, and the operator's floor for
+data that arrived without the mark (pg_upgrade, a logical dump) holds.
+"""
+
+import os
+import time
+
+from harness import server
+
+STATE = "snowflake_id.state"
+
+
+def writes(srv):
+    return srv.sql("SELECT mark_writes, mark_writes_by_callers FROM snowflake_id.snowflake_status")[0]
+
+
+def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
+    with server("idle") as srv:
+        srv.sql("CREATE EXTENSION pg_walinspect")
+        # Under load: a few small records a second, written by the reserver.
+        lsn0 = srv.one("SELECT pg_current_wal_flush_lsn()")
+        w0 = writes(srv)
+        deadline = time.time() + 3
+        with srv.connect() as conn, conn.cursor() as cur:
+            while time.time() < deadline:
+                cur.execute("SELECT count(*) FROM snowflake_nextval_batch(20000)")
+        lsn1 = srv.one("SELECT pg_current_wal_flush_lsn()")
+        records, nbytes = srv.mark_wal(lsn0, lsn1)
+        w1 = writes(srv)
+        print(f"under load, 3 s: {records} mark records, {nbytes} bytes of WAL; "
+              f"mark writes {w1[0] - w0[0]} by the writer, {w1[1] - w0[1]} by callers")
+        assert 0 < records <= 20, records
+        assert w1[1] - w0[1] <= 1, "callers wrote the mark under steady load"
+        time.sleep(1)  # the writer's last look at the load
+        # Idle: nothing at all for 10 s.
+        lsn0, w0 = srv.one("SELECT pg_current_wal_flush_lsn()"), writes(srv)
+        mtime0 = os.stat(os.path.join(srv.data, STATE)).st_mtime_ns
+        time.sleep(10)
+        lsn1, w1 = srv.one("SELECT pg_current_wal_flush_lsn()"), writes(srv)
+        assert srv.mark_wal(lsn0, lsn1) == (0, 0), "an idle server logged its mark"
+        assert w1 == w0, "an idle server wrote its mark"
+        assert os.stat(os.path.join(srv.data, STATE)).st_mtime_ns == mtime0
+        # The first call after the idle spell works; it writes the mark itself.
+        assert srv.one("SELECT snowflake_nextval()") > 0
+        assert writes(srv)[1] == w0[1] + 1
+
+
+def test_one_damaged_slot_never_leads_to_a_reissue():
+    # js53: one-second ticks of 65,536 IDs, so a burst runs seconds ahead of the
+    # clock; resuming from any older mark would reissue part of it.
+    conf = {"snowflake_id.layout": "'js53'", "snowflake_id.max_lead": "'60s'"}
+    with server("damaged-slot", conf=conf) as srv:
+        for slot in (0, 512):
+            old = [r[0] for r in srv.sql("SELECT snowflake_nextval_batch(300000)")]
+            lead = srv.one("SELECT extract(epoch FROM largest_lead) FROM snowflake_id.snowflake_status")
+            assert lead > 2, f"the burst ran only {lead} s ahead"
+            # A clean stop: nothing is replayed at start, the file alone decides.
+            srv.stop("fast")
+            path = os.path.join(srv.data, STATE)
+            data = bytearray(open(path, "rb").read())
+            # Damage the slot with the newest record (either, when both hold it).
+            gens = [int.from_bytes(data[at + 8:at + 16], "little") for at in (0, 512)]
+            if gens[0] != gens[1]:
+                slot = 0 if gens[0] > gens[1] else 512
+            data[slot + 41] ^= 0x01  # inside the mark tick
+            open(path, "wb").write(bytes(data))
+            srv.start()
+            new = [r[0] for r in srv.sql("SELECT snowflake_nextval_batch(300000)")]
+            assert min(new) > max(old), f"slot at {slot} damaged: {len(set(old) & set(new))} IDs reissued"
+
+
+def test_resume_above_puts_new_ids_above_data_that_came_without_the_mark():
+    with server("resume-above") as srv:
+        srv.sql("CREATE TABLE t (id bigint PRIMARY KEY)")
+        # Rows from a dump whose IDs ran two minutes ahead of this server's clock.
+        srv.sql("INSERT INTO t SELECT snowflake_from_timestamp(now() + interval '2 min') + 5")
+        srv.sql("CREATE ROLE app LOGIN")
+        with srv.connect() as conn, conn.cursor() as cur:
+            cur.execute("SET ROLE app")
+            try:
+                cur.execute("SELECT snowflake_resume_above(1)")
+                raise AssertionError("a non-superuser raised the floor")
+            except Exception as e:  # noqa: BLE001 - checked just below
+                assert getattr(e, "pgcode", None) == "42501", e
+        text = srv.one("SELECT snowflake_resume_above(max(id)) FROM t")
+        assert "ahead of the clock" in text, text
+        # Two minutes is more than max_lead: a clear 55000 whose HINT is safe here.
+        code, _, hint = srv.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "max_lead" in hint, (code, hint)
+        srv.sql("ALTER SYSTEM SET snowflake_id.max_lead = '5min'")
+        srv.sql("SELECT pg_reload_conf()")
+        time.sleep(0.3)
+        top = srv.one("SELECT max(id) FROM t")
+        assert srv.one("SELECT snowflake_nextval()") > top
+        srv.restart("immediate")
+        assert srv.one("SELECT min(x) FROM snowflake_nextval_batch(1000) x") > top
+        # Never back down.
+        srv.one("SELECT snowflake_resume_above(1)")
+        assert srv.one("SELECT snowflake_nextval()") > top
+        code, msg, _ = srv.error("SELECT snowflake_resume_above(-1)")
+        assert code == "22003", msg
+
+
+def test_a_synchronous_standby_that_never_answers_bounds_the_wait_and_shows():
+    with server("sync-ghost", conf={"snowflake_id.max_wait": "'500ms'"}) as srv:
+        srv.sql("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
+        srv.reload_and_wait()
+        # A wait without end would meet the statement timeout (57014) instead.
+        state, message, hint = srv.error("SET statement_timeout = '30s'; SELECT snowflake_nextval()")
+        assert state == "55000" and message.startswith("no synchronous standby confirmed"), (state, message)
+        assert "synchronous_standby_names" in hint, hint
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == message
+        # Dropping the standby from the settings is the way out; no restart.
+        srv.sql("ALTER SYSTEM RESET synchronous_standby_names")
+        srv.reload_and_wait()
+        assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") is None
+        assert srv.one("SELECT snowflake_nextval()") > 0
