@@ -42,8 +42,10 @@ def test_meta_json_agrees_with_the_project():
     assert meta["abstract"] == cargo("description")
     assert meta["maintainer"] == [cargo("authors")]
     assert (meta["license"], cargo("license")) == ("mit", "MIT")
+    # The majors the project supports, not those a run was narrowed to.
+    env = {k: v for k, v in os.environ.items() if k != "SNOWFLAKE_OTHER_MAJORS"}
     oldest = subprocess.run(["bash", "-c", ". scripts/versions.sh; echo $SYSTEM_MAJOR $OTHER_MAJORS"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split()
+                            capture_output=True, text=True, check=True, env=env).stdout.split()
     assert meta["prereqs"]["runtime"]["requires"]["PostgreSQL"] == f"{min(map(int, oldest))}.0.0"
 
 
