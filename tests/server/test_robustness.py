@@ -20,7 +20,7 @@ import time
 import psycopg2
 import pytest
 from harness import REPO, Server, drivers_python, servers
-from test_claims import DETECT_TIMEOUT_S, dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
+from claims_cluster import DETECT_TIMEOUT_S, dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
 
 
 def wait_log(s, text, timeout=DETECT_TIMEOUT_S):
