@@ -2,7 +2,8 @@
 -- The status gains where the mark came from (state file, WAL replay, written
 -- here), the server and timeline it belongs to, marks replayed, and waits for
 -- a synchronous standby; snowflake_resume_above(id) raises the floor above
--- data that arrived without the mark. The status becomes readable by
+-- data that arrived without the mark; snowflake_nextval_array(n) hands out a
+-- batch as one array. The status becomes readable by
 -- monitoring roles (pg_read_all_stats, and so pg_monitor) instead of by all.
 -- Each server can claim its worker id in snowflake_id.snowflake_claims, which
 -- travels with replicated data, so that two live servers with one worker id
@@ -57,6 +58,11 @@ CREATE FUNCTION @extschema@.snowflake_resume_above(id bigint) RETURNS text
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- n IDs as one bigint[]: a batch without a row per ID.
+CREATE FUNCTION @extschema@.snowflake_nextval_array(n integer) RETURNS bigint[]
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
 
 REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;

@@ -111,7 +111,18 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:22
+-- src/api/generate.rs:51
+-- snowflake_id::api::generate::snowflake_nextval_array
+CREATE  FUNCTION "snowflake_nextval_array"(
+	"n" INT /* i32 */
+) RETURNS bigint[] /* Vec < i64 > */
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/generate.rs:44
 -- snowflake_id::api::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */

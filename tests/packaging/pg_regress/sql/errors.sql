@@ -24,4 +24,6 @@ SELECT snowflake_from_timestamp('2026-01-01 00:00:00+00', 'baidu');
 SELECT snowflake_from_timestamp('2047-01-01 00:00:00+00', 'instagram');
 SELECT snowflake_nextval_batch(0);
 SELECT snowflake_nextval_batch(1000001);
+SELECT snowflake_nextval_array(0);
+SELECT snowflake_nextval_array(1000001);
 SELECT snowflake_decode(NULL) IS NULL AS strict_null;

@@ -22,6 +22,14 @@ SELECT bool_and(ts BETWEEN now() - interval '1 minute' AND now() + interval '1 m
 SELECT count(*) AS n, bool_and(i > (SELECT max(id) FROM orders)) AS above_table
   FROM snowflake_nextval_batch(10000) i;
 
+-- The same as one array: increasing, above every ID before it, and usable
+-- as the keys of an INSERT.
+SELECT cardinality(a) AS n, a[1] > (SELECT max(id) FROM orders) AS above_table,
+       (SELECT bool_and(x < y) FROM unnest(a[1:9999], a[2:10000]) AS p(x, y)) AS increasing
+  FROM snowflake_nextval_array(10000) a;
+INSERT INTO orders (id, item) SELECT i, 'array' FROM unnest(snowflake_nextval_array(3)) i;
+SELECT count(*) FROM orders WHERE item = 'array' AND id > (SELECT max(id) FROM orders WHERE item <> 'array');
+
 -- Range queries by time can use the primary key (a VOLATILE bound could not).
 CREATE FUNCTION plan_uses(q text, index text) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE line text;
