@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The benchmark, in one go: sets up this machine (scripts/setup.sh), builds
-# and installs snowflake_id in release mode, starts a throwaway server with it
-# preloaded (fsync on, defaults otherwise), runs every case against every
-# competitor, and writes bench/results/{results.md,results.json,*.png}.
-# Then measures what counting issued IDs costs (core/examples/counter_cost.rs).
-# Takes about 25 minutes on 2 cores. Arguments go to bench/bench.py
-# (e.g. --only per_call --reps 3); see bench/bench.py --help.
+# The benchmark, in one go: sets up this machine (scripts/setup.sh, which
+# builds PostgreSQL 18 from source with OpenSSL, as distributions build it,
+# into its cache), builds and installs snowflake_id in release mode into
+# that server, starts a throwaway server with it preloaded (fsync on,
+# defaults otherwise), runs every case against every competitor, and writes
+# bench/results/{results.md,results.json,*.png}. PostgreSQL 18 because the
+# comparison that matters now is with its own uuidv7(). Then measures what
+# counting issued IDs costs (core/examples/counter_cost.rs). Takes about 25
+# minutes on 2 cores. Arguments go to bench/bench.py (e.g. --only per_call
+# --reps 3); see bench/bench.py --help.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh  # the system PostgreSQL is all this needs
+SNOWFLAKE_OTHER_MAJORS="18" SNOWFLAKE_REQUIRED_MAJORS="18" scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+. scripts/versions.sh
+export PG_BIN="$PG_CACHE/18/bin"
 
-printf '\n==> Building and installing snowflake_id (release)\n'
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config
+printf '\n==> Building and installing snowflake_id (release) into PostgreSQL 18\n'
+cargo pgrx install --release --pg-config "$PG_BIN/pg_config"
+chmod -R a+rX "$PG_CACHE/18/"
 
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_BENCH_DIR:-/tmp/snowflake_id-bench}"
 export SNOWFLAKE_TEST_PORT="${SNOWFLAKE_BENCH_PORT:-55300}"
@@ -31,6 +37,6 @@ if [[ " $* " != *" --only "* ]]; then
     {
         printf '\n## 5. Counting issued IDs: one shared counter against per-process slots\n\n'
         printf 'Threads taking IDs from one shared generator word, as backends do (`core/examples/counter_cost.rs`).\n\n'
-        target/release/examples/counter_cost
+        "${CARGO_TARGET_DIR:-target}/release/examples/counter_cost"
     } | tee -a bench/results/results.md
 fi

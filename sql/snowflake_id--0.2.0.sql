@@ -102,7 +102,7 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:16
+-- src/api/generate.rs:17
 -- snowflake_id::api::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
@@ -111,18 +111,18 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:51
+-- src/api/generate.rs:52
 -- snowflake_id::api::generate::snowflake_nextval_array
 CREATE  FUNCTION "snowflake_nextval_array"(
 	"n" INT /* i32 */
-) RETURNS bigint[] /* Vec < i64 > */
+) RETURNS bigint[] /* Int8Array */
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:44
+-- src/api/generate.rs:45
 -- snowflake_id::api::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */

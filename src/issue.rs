@@ -12,7 +12,7 @@ use crate::settings;
 use crate::shmem::{self, Shmem};
 use pgrx::PgLogLevel;
 use snowflake_id_core::config::Config;
-use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Policy, Taken};
+use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Taken};
 use snowflake_id_core::{Class, Failure};
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
@@ -91,16 +91,13 @@ pub fn shmem() -> &'static Shmem {
     shmem::get().unwrap_or_else(|| raise(not_preloaded()))
 }
 
-/// The checks a call makes before it takes an ID, in its order: recovery
-/// first, whatever the clock or the settings say (a standby never issues),
-/// then the settings.
-fn preflight() -> Result<(&'static Config, Policy), Failure> {
+/// The first check a call makes, whatever the clock or the settings say: a
+/// standby never issues. Then the identity settings.
+fn preflight() -> Result<&'static Config, Failure> {
     if xlog::in_recovery() {
         return Err(mark::read_only());
     }
-    let cfg = settings::config()?;
-    let policy = settings::policy(&cfg.layout)?;
-    Ok((cfg, policy))
+    settings::config()
 }
 
 /// The error the next call would raise at `now`, in the order a call meets
@@ -109,7 +106,8 @@ fn preflight() -> Result<(&'static Config, Policy), Failure> {
 /// synchronous standby), the last two only if the next ID is beyond the
 /// published mark.
 pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
-    let (cfg, policy) = preflight()?;
+    let cfg = preflight()?;
+    let policy = settings::policy(&cfg.layout)?;
     if let Some(f) = time_problem(&shm.gen, &cfg.layout, &policy, now) {
         return Err(f);
     }
@@ -134,10 +132,11 @@ pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
         shm.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
-    let (cfg, policy) = preflight().unwrap_or_else(|f| counted(f));
+    let cfg = preflight().unwrap_or_else(|f| counted(f));
     if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);
     }
+    let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
     let mut env = Backend {
         shm,
         cfg,

@@ -3,6 +3,7 @@
 use crate::issue;
 use crate::pg::clock;
 use crate::pg::error::raise;
+use crate::pg::int8_array::Int8Array;
 use pgrx::prelude::*;
 use snowflake_id_core::{Class, Failure};
 
@@ -47,8 +48,8 @@ fn snowflake_nextval_batch(n: i32) -> SetOfIterator<'static, i64> {
 }
 
 /// The same IDs as one `bigint[]` value: no row per ID is made until the
-/// caller unnests it, so a batch costs a fraction of single calls.
+/// caller unnests it.
 #[pg_extern(volatile, strict, parallel_safe)]
-fn snowflake_nextval_array(n: i32) -> Vec<i64> {
-    batch("snowflake_nextval_array", n).collect()
+fn snowflake_nextval_array(n: i32) -> Int8Array {
+    Int8Array(batch("snowflake_nextval_array", n).collect())
 }

@@ -46,7 +46,8 @@ pub fn read_only() -> Failure {
 /// first, then another server's claim.
 pub fn refused(shm: &Shmem) -> Option<Failure> {
     let f = match shm.refusal.mark() {
-        Some(MarkRefusal::StateFile) => crate::settings::config()
+        Some(MarkRefusal::AtStart) => shm.refusal.at_start(),
+        Some(MarkRefusal::ReplayedOtherSettings) => crate::settings::config()
             .ok()
             .and_then(|cfg| match start::decide(cfg) {
                 Resume::Refused(f) => Some(f),

@@ -118,7 +118,7 @@ fn replay(rec: &Record) {
             }
             // Under other settings the mark's ticks mean other IDs: refuse as
             // a restart would, with the same way out (adopt settings).
-            Ok(_) => shm.refusal.refuse_mark(MarkRefusal::StateFile),
+            Ok(_) => shm.refusal.refuse_mark(MarkRefusal::ReplayedOtherSettings),
             Err(_) => {}
         }
     });

@@ -7,7 +7,6 @@ use crate::pg::error;
 use crate::pg::xlog;
 use crate::settings;
 use crate::shmem::mark::MarkSource;
-use crate::shmem::refusal::MarkRefusal;
 use crate::shmem::Shmem;
 use pgrx::prelude::*;
 use pgrx::PgLogLevel;
@@ -66,9 +65,9 @@ pub fn start(shm: &Shmem) {
             }
         }
         Resume::Refused(f) => {
-            error::log(f, PgLogLevel::WARNING);
             shm.gen.reset(None, s);
-            shm.refusal.refuse_mark(MarkRefusal::StateFile);
+            shm.refusal.refuse_at_start(&f);
+            error::log(f, PgLogLevel::WARNING);
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod datadir;
 pub mod encoding;
 pub mod error;
 pub mod guc;
+pub mod int8_array;
 pub mod process;
 pub mod role;
 pub mod row;

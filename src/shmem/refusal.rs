@@ -1,20 +1,24 @@
 //! Whether generation is refused, and why: the one place a refusal is kept.
 //! The mark sets and lifts its own reasons (`mark`); the claims worker sets
 //! and lifts a claim's (`mark::refuse_for_claim`, which also revokes the
-//! durable window). What the error says is worked out where it is raised.
+//! durable window).
 
+use super::text::SharedText;
+use snowflake_id_core::Failure;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Why the mark refuses generation.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
 pub enum MarkRefusal {
-    /// The state file does not fit the settings, or cannot be read: found
-    /// at start, or after a mark made under other settings was replayed.
-    /// The state file says why, whenever asked.
-    StateFile = 1,
+    /// The state file did not fit the settings, or could not be read, at
+    /// start: the failure found then is kept here (`at_start`).
+    AtStart = 1,
+    /// A mark replayed from WAL was made under other settings: the state
+    /// file, which the replay wrote, says why whenever asked.
+    ReplayedOtherSettings = 2,
     /// A mark record in WAL could not be read.
-    UnreadableRecord = 2,
+    UnreadableRecord = 3,
 }
 
 #[repr(C)]
@@ -25,6 +29,8 @@ pub struct Refusal {
     /// the one to stop. Sequentially consistent with the revocation of the
     /// durable window (see `mark::publish`).
     claim: AtomicBool,
+    /// The failure of `MarkRefusal::AtStart`.
+    at_start: SharedText,
 }
 
 impl Refusal {
@@ -32,17 +38,32 @@ impl Refusal {
         Refusal {
             mark: AtomicU8::new(0),
             claim: AtomicBool::new(false),
+            at_start: SharedText::new(),
         }
     }
 
     pub fn mark(&self) -> Option<MarkRefusal> {
         match self.mark.load(Ordering::Acquire) {
-            1 => Some(MarkRefusal::StateFile),
-            2 => Some(MarkRefusal::UnreadableRecord),
+            1 => Some(MarkRefusal::AtStart),
+            2 => Some(MarkRefusal::ReplayedOtherSettings),
+            3 => Some(MarkRefusal::UnreadableRecord),
             _ => None,
         }
     }
 
+    /// Refuses for what the state file said at start, keeping `why`.
+    pub fn refuse_at_start(&self, why: &Failure) {
+        self.at_start.set_failure(why);
+        self.mark
+            .store(MarkRefusal::AtStart as u8, Ordering::Release);
+    }
+
+    /// What the state file said at start, while refused for it.
+    pub fn at_start(&self) -> Option<Failure> {
+        self.at_start.failure()
+    }
+
+    /// Refuses for a reason found after the start.
     pub fn refuse_mark(&self, why: MarkRefusal) {
         self.mark.store(why as u8, Ordering::Release);
     }

@@ -44,6 +44,29 @@ impl SharedText {
         self.seq.store(s + 1, Ordering::Release);
     }
 
+    /// Sets the text to `f`, as `Failure::to_text` writes it, whole: a
+    /// failure too long for the space loses its hint, then its detail, then
+    /// the end of its message (marked), never the form `failure` reads.
+    pub fn set_failure(&self, f: &Failure) {
+        let mut f = f.clone();
+        let room = TEXT_WORDS * 8;
+        if f.to_text().len() > room {
+            f.hint = None;
+        }
+        if f.to_text().len() > room {
+            f.detail = None;
+        }
+        let over = f.to_text().len().saturating_sub(room);
+        if over > 0 {
+            let mut end = f.message.len().saturating_sub(over + "…".len());
+            while !f.message.is_char_boundary(end) {
+                end -= 1;
+            }
+            f.message = format!("{}…", &f.message[..end]);
+        }
+        self.set(&f.to_text());
+    }
+
     /// The failure `Failure::to_text` put here, if any.
     pub fn failure(&self) -> Option<Failure> {
         self.get().and_then(|t| Failure::from_text(&t))
