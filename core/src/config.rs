@@ -57,7 +57,8 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
             return Err(Failure::new(Class::NotReady, "snowflake_id.worker_id is not set")
                 .detail("Every server that issues IDs needs a worker id of its own, so that IDs from different servers never collide.")
                 .hint(format!(
-                    "Pick a number from 0 to {max} that no other server uses: ALTER SYSTEM SET snowflake_id.worker_id = 1; {RESTART}."
+                    // No number suggested: any one may be another server's.
+                    "Pick a number from 0 to {max} that no other server whose IDs meet this one's holds (snowflake_id.snowflake_status shows each server's), then ALTER SYSTEM SET snowflake_id.worker_id = <that number>; {RESTART}."
                 )))
         }
         Some(w) if (w < 0 || w as u64 > max) && from_setting => {
@@ -188,7 +189,7 @@ mod tests {
         assert!(e
             .hint
             .unwrap()
-            .contains("ALTER SYSTEM SET snowflake_id.worker_id = 1; then restart"));
+            .contains("ALTER SYSTEM SET snowflake_id.worker_id = <that number>; then restart"));
     }
 
     #[test]
