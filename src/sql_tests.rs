@@ -287,6 +287,7 @@ mod tests {
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",
                 "snowflake_layouts() i1s",
                 "snowflake_nextval() v1s",
+                "snowflake_nextval_array(integer) v1s",
                 "snowflake_nextval_batch(integer) v1s",
                 "snowflake_resume_above(bigint) v1u",
                 "snowflake_status() v0s",
