@@ -10,6 +10,7 @@ use crate::pg::error;
 use crate::settings;
 use crate::shmem::mark::MarkSource;
 use crate::shmem::refusal::MarkRefusal;
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 use pgrx::pg_sys;
 use pgrx::PgLogLevel;
 use snowflake_id_core::mark::{Identity, Record};
