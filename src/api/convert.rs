@@ -279,15 +279,12 @@ impl Roles {
     /// Refuses, before anything changes, a conversion whose statements the
     /// caller could not run as the owners they belong to.
     fn check(&mut self, steps: &[Step]) {
-        // SAFETY: reads the session's current user.
-        let me = unsafe { pg_sys::GetUserId() };
         for s in steps {
             let (Some(role), Some(of)) = (&s.role, &s.owner_of) else {
                 continue;
             };
             let oid = self.oid(role);
-            // SAFETY: a catalog lookup of role membership.
-            if !unsafe { pg_sys::has_privs_of_role(me, oid) } {
+            if !crate::pg::role::acts_as(oid) {
                 raise(
                     Failure::new(
                         Class::Privilege,

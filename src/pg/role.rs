@@ -9,9 +9,10 @@ pub fn is_superuser() -> bool {
     unsafe { pg_sys::superuser() }
 }
 
-/// Whether the current role has the privileges of `role` (is it, or a
-/// member of it that inherits), or is a superuser.
+/// Whether the current role has the privileges of `role`: is it, a member
+/// of it that inherits, or a superuser (`has_privs_of_role` counts a
+/// superuser as a member of every role).
 pub fn acts_as(role: pg_sys::Oid) -> bool {
     // SAFETY: catalog lookups of the current role and its memberships.
-    is_superuser() || unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), role) }
+    unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), role) }
 }
