@@ -184,15 +184,24 @@ for m in "${majors[@]}"; do
             break
         fi
         if tarball=$(fetch "$sha" "$size" "$path"); then
-            build "$m" "$version" "$tarball" "$prefix"
-            found=$version
-            break
+            # In the background so that set -e still stops the build at its
+            # first failing step (an `if` around it would switch that off);
+            # a major that does not build is skipped like one nobody serves.
+            build "$m" "$version" "$tarball" "$prefix" &
+            if wait $!; then
+                found=$version
+                break
+            fi
+            rm -rf "$prefix"
+            tried+=("$version (did not build)")
+            loud "PostgreSQL $version was fetched but did not build (see above); trying the next source"
+            continue
         fi
         tried+=("$version ($path)")
         echo "PostgreSQL $version: $(basename "$path") is listed but no archive serves it intact; trying the next source"
     done < <(indexed "$m"; pinned "$m")
     if [[ -z $found ]]; then
-        why="no source of PostgreSQL $m could be had (suites asked: $(suites_of "$m" | sed 's/ /, /g')${tried:+; listed but not served: ${tried[*]}})"
+        why="no source of PostgreSQL $m could be had (suites asked: $(suites_of "$m" | sed 's/ /, /g')${tried:+; listed but not had: ${tried[*]}})"
         [[ -n $(suites_of "$m") ]] || why="no Debian suite is known to carry PostgreSQL $m"
         loud "PostgreSQL $m is UNAVAILABLE: $why"
         report "$m unavailable $why"

@@ -6,7 +6,14 @@
 # (scripts/postgres-builds.sh, cached outside the repository), and
 # `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.
+#
+#   scripts/setup.sh --toolchain   only what the gates need (packages, Rust,
+#                                  cargo-pgrx, pgrx pointed at the system's
+#                                  PostgreSQL): the test command runs its
+#                                  gates before the slow builds.
 set -euo pipefail
+toolchain_only=false
+[[ ${1-} == --toolchain ]] && toolchain_only=true
 
 . "$(dirname "$0")/versions.sh"
 PG_MAJOR=$SYSTEM_MAJOR
@@ -44,9 +51,13 @@ if ((${#missing[@]})); then
 fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! command -v cargo >/dev/null; then
+# rustup, not just any cargo: the gates add rustfmt and clippy with it, and
+# cargo-pgrx 0.18.1 needs a newer Rust than Debian's own packages. A
+# Debian cargo already on the PATH stays; rustup's comes first on it.
+if ! command -v rustup >/dev/null; then
     say "Installing the Rust toolchain (rustup)"
-    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+        RUSTUP_INIT_SKIP_PATH_CHECK=yes sh -s -- -y --profile minimal
 fi
 
 # The gates the test command runs first (cargo fmt, cargo clippy).
@@ -58,6 +69,26 @@ fi
 if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     say "Installing cargo-pgrx $PGRX_VERSION (takes about 5 minutes)"
     cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+fi
+
+# pgrx pointed at PostgreSQL majors given as "--pgNN pg_config" pairs,
+# unless its configuration already names each.
+pgrx_init() {
+    local config="${PGRX_HOME:-$HOME/.pgrx}/config.toml" i key
+    for ((i = 1; i <= $#; i += 2)); do
+        key=${!i#--}
+        local j=$((i + 1))
+        if ! grep -qsF "$key = \"${!j}\"" "$config"; then
+            say "Pointing pgrx at PostgreSQL: ${*//--pg/pg}"
+            cargo pgrx init "$@"
+            return
+        fi
+    done
+}
+pgrx_args=("--pg$PG_MAJOR" "$PG_CONFIG")
+if $toolchain_only; then
+    pgrx_init "${pgrx_args[@]}"
+    exit 0
 fi
 
 # The client example's and the JavaScript recipes' packages (examples/node,
@@ -97,16 +128,7 @@ if [[ -n "$OTHER_MAJORS" ]]; then
     [[ -n ${SNOWFLAKE_BUILDS_REPORT-} ]] || rm -f "$report"
 fi
 
-pgrx_args=("--pg$PG_MAJOR" "$PG_CONFIG")
 for m in "${available[@]}"; do
     pgrx_args+=("--pg$m" "$PG_CACHE/$m/bin/pg_config")
 done
-config="${PGRX_HOME:-$HOME/.pgrx}/config.toml"
-for ((i = 0; i < ${#pgrx_args[@]}; i += 2)); do
-    key=${pgrx_args[i]#--}
-    if ! grep -qsF "$key = \"${pgrx_args[i + 1]}\"" "$config"; then
-        say "Pointing pgrx at PostgreSQL $PG_MAJOR (system)${available[*]:+ and the builds of ${available[*]}}"
-        cargo pgrx init "${pgrx_args[@]}"
-        break
-    fi
-done
+pgrx_init "${pgrx_args[@]}"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sets up this machine (scripts/setup.sh) and runs every test:
-#   1. gates: cargo fmt --check, cargo clippy -D warnings (every target)
+#   1. gates: cargo fmt --check, cargo clippy -D warnings (every target),
+#      run once the toolchain is in, before the slow PostgreSQL builds
 #   2. the pure-Rust core: unit and property tests (cargo test)
 #   3. that a PostgreSQL major nobody serves is skipped, said, and does not
 #      fail the run, and that a required one does (tests/packaging/test_builds.py),
-#      and that META.json is valid (tests/packaging/test_meta.py)
+#      that META.json is valid (tests/packaging/test_meta.py), and that the
+#      sources' layers import only downward (tests/packaging/test_layers.py)
 #   4. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
 #   5. that sql/ holds the install script the code generates
 #   6. against real servers started for the purpose: pg_regress files and
@@ -28,6 +30,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export PATH="$HOME/.cargo/bin:$PATH"
+# Every initdb of the run (pgrx's, pg_regress's, the tests') gets UTF-8 and
+# the C collation whatever locale the machine's root has, or lacks.
+export LC_ALL=C.UTF-8
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
 LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server package} "
 started=$SECONDS
@@ -84,10 +89,24 @@ summary() {
     fi
 }
 trap summary EXIT
+. scripts/versions.sh
+majors=("$SYSTEM_MAJOR")
+
+pytest() { /usr/bin/python3 -m pytest -v -s -p no:cacheprovider "$@"; }
+gates() {
+    cargo fmt --all --check
+    # The same code the tests build: the shell with its #[pg_test] tests
+    # (pgrx's feature of the system major), and the core.
+    cargo clippy --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
+}
+# What the gates and the core need first: a failing gate stops the run in
+# minutes, not after the PostgreSQL builds.
+scripts/setup.sh --toolchain
+layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
+layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
 
 report="$(mktemp)"
 SNOWFLAKE_BUILDS_REPORT="$report" scripts/setup.sh
-. scripts/versions.sh
 PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
 # The majors this machine could have; the rest are said here and at the end.
 available=""
@@ -132,13 +151,6 @@ if wanted package; then
     /usr/bin/python3 tests/packaging/test_packages.py --remove-stand-ins
 fi
 
-pytest() { /usr/bin/python3 -m pytest -v -s -p no:cacheprovider "$@"; }
-gates() {
-    cargo fmt --all --check
-    # The same code the tests build: the shell with its #[pg_test] tests
-    # (pgrx's feature of the system major), and the core.
-    cargo clippy --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
-}
 schema() {
     local version
     version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
@@ -153,10 +165,8 @@ schema() {
 }
 server_tests=(tests/server tests/replication tests/clients)
 
-layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
-layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
-layer all fallback "A major nobody serves is skipped and said; a required one fails the run" \
-    pytest tests/packaging/test_builds.py tests/packaging/test_meta.py
+layer all fallback "A major nobody serves is skipped and said; a required one fails the run; META.json; layers" \
+    pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
 
 m=$SYSTEM_MAJOR
 layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests in a real PostgreSQL" \

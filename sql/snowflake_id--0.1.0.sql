@@ -53,7 +53,7 @@ CREATE FUNCTION snowflake_status(
 RETURNS record VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
 
-CREATE VIEW snowflake_status AS SELECT * FROM snowflake_status();
+CREATE VIEW @extschema@.snowflake_status AS SELECT * FROM @extschema@.snowflake_status();
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -70,7 +70,7 @@ AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
 -- requires:
 --   snowflake_adopt_settings
 
-REVOKE ALL ON FUNCTION snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */

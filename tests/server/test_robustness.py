@@ -99,6 +99,39 @@ def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_cl
             time.sleep(0.5)
 
 
+def test_the_extension_made_again_on_a_publisher_breaks_no_subscription_and_changes_no_claim_time():
+    with servers() as made:
+        a = writer(made, "remade-a", 6)
+        wait_claims(a, 1, "a did not claim its worker id")
+        b = writer(made, "remade-b", 6)
+        publish(a, "pub")
+        subscribe(b, "from_a", a, "pub")
+        wait_problem(b, 'worker id 6 is also claimed by the live server "remade-a"')
+        claimed = a.one("SELECT claimed_at FROM snowflake_id.snowflake_claims")
+        a.sql("DROP EXTENSION snowflake_id CASCADE")
+        # Meanwhile the application's rows still arrive.
+        a.sql("INSERT INTO t (id, origin) VALUES (41, 'while dropped')")
+        b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 41", what="the subscription stopped after DROP EXTENSION")
+        # The docs' steps: the extension, the default, the table back in the publication.
+        a.sql("CREATE EXTENSION snowflake_id")
+        a.sql("ALTER TABLE t ALTER id SET DEFAULT snowflake_nextval()")
+        a.sql(f"ALTER PUBLICATION pub ADD TABLE snowflake_id.snowflake_claims WHERE (system_identifier = {sysid(a)})")
+        wait_claims(a, 1, "a did not claim again")
+        assert a.one("SELECT claimed_at FROM snowflake_id.snowflake_claims") == claimed
+        a.sql("INSERT INTO t (origin) VALUES ('after the extension came back')")
+        b.wait_for("SELECT count(*) = 1 FROM t WHERE origin = 'after the extension came back'",
+                   what="the subscription stopped after CREATE EXTENSION")
+        b.wait_for(f"SELECT last_seen > now() - interval '3 seconds' FROM snowflake_id.snowflake_claims WHERE name = 'remade-a'",
+                   what="a's claim no longer arrives")
+        assert b.one("SELECT claimed_at FROM snowflake_id.snowflake_claims WHERE name = 'remade-a'") == claimed
+        assert "duplicate key" not in b.log_text()
+        # Who stops has not changed: b claimed later, b refuses (again, if
+        # a's claim went stale while the extension was away); a issues.
+        wait_problem(b, 'worker id 6 is also claimed by the live server "remade-a"')
+        assert b.error("SELECT snowflake_nextval()")[0] == "55000"
+        a.sql("SELECT snowflake_nextval()")
+
+
 def test_a_template_database_is_refused_and_create_database_keeps_working():
     with servers() as made:
         s = Server("claims-template1", conf={"snowflake_id.claims_database": "'template1'"})

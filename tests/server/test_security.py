@@ -360,10 +360,12 @@ def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
         srv = claims_server(made, "sec_forge", db="postgres")
         srv.sql("CREATE ROLE writer LOGIN IN ROLE pg_write_all_data, pg_read_all_data")
         srv.sql("CREATE ROLE mallory LOGIN")
+        # The claims database's owner, who may set its defaults and owns public there.
+        srv.sql("CREATE ROLE dbowner LOGIN; ALTER DATABASE postgres OWNER TO dbowner")
         claims_kept(srv, "postgres")
         me = srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_id.snowflake_claims")[0]
         forged = ("INSERT INTO snowflake_id.snowflake_claims VALUES (1, 42, 1, 7, 'forged', now() - interval '1 day', now())")
-        for role in ("writer", "mallory"):
+        for role in ("writer", "mallory", "dbowner"):
             for statement in (forged, "UPDATE snowflake_id.snowflake_claims SET last_seen = now()",
                               "DELETE FROM snowflake_id.snowflake_claims", "TRUNCATE snowflake_id.snowflake_claims"):
                 code, message, _ = srv.error(statement, user=role)
@@ -377,6 +379,7 @@ def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
         assert "session_replication_role" in hint, hint
         assert srv.sql("SELECT system_identifier, timeline, instance, worker_id FROM snowflake_id.snowflake_claims") == [me]
         srv.sql("SELECT snowflake_nextval()", user="writer")
+        srv.sql("SELECT snowflake_nextval()", user="dbowner")
         assert problem(srv) is None
 
 
@@ -403,6 +406,12 @@ def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
         assert srv.one("SHOW default_transaction_read_only", dbname="claims") == "on"
         claims_kept(srv, "claims")
         assert problem(srv) is None
+        # IDs are issued in the read-only database too (a read-only
+        # transaction may take one: no table is written), and elsewhere.
+        # (The 1 ms statement_timeout would cancel any query there.)
+        srv.sql("ALTER DATABASE claims RESET statement_timeout")
+        ids = [srv.one("SELECT public.snowflake_nextval()", dbname=db) for db in ("claims", "postgres", "claims")]
+        assert ids == sorted(set(ids)), ids
 
 
 def test_settings_a_table_owners_code_changes_reach_neither_later_steps_nor_the_caller():
