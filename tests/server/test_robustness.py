@@ -46,7 +46,8 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
             INSERT INTO snowflake_id.snowflake_claims VALUES
               (5, {sysid(a)}, 1, 991, 'infinite', '-infinity', 'infinity'),
               (-1, {sysid(a)}, 1, 992, repeat('x', 5000), now(), now()),
-              (7, {sysid(a)}, 0, 993, 'no timeline', now(), now())""")
+              (7, {sysid(a)}, 0, 993, 'no timeline', now(), now()),
+              (2147483647, {sysid(a)}, 1, 994, 'huge worker id', now(), now())""")
         subscribe(b, "claims_from_a", a, "claims")
         # b still finds a's live claim, refuses as the later claimant, and
         # says so in full despite the 5,000-byte name beside it.
@@ -58,6 +59,9 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
             wait_log(s, "worker_id -1 is negative")
             wait_log(s, "timeline 0 is not a timeline")
             assert "x" * 65 not in s.log_text()
+            # A worker id past every layout's bits is nobody's: judged, never
+            # wrapped onto a real one (-1 was once reported as 4294967295).
+            assert "4294967295" not in s.log_text() and "huge worker id" not in s.log_text()
         # a, which receives nothing, keeps refreshing its own claim and shows
         # the first row it skips.
         assert "skipped" in problem(a), problem(a)
@@ -403,6 +407,14 @@ def test_text_arguments_in_a_database_that_is_not_utf8(srv, encoding, monkeypatc
         got, message, _ = srv.error(
             "SELECT snowflake_from_text(convert_from('\\x30ff'::bytea, 'SQL_ASCII'), 'base62')", dbname=db)
         assert got == "22P02", (got, message)
+        # The same bytes as an encoding's or a layout's name: no such name.
+        bad = "convert_from('\\x62ff'::bytea, 'SQL_ASCII')"
+        for query in (f"SELECT snowflake_to_text(1, {bad})", f"SELECT snowflake_from_text('1', {bad})",
+                      f"SELECT snowflake_decode(1, {bad})", f"SELECT snowflake_timestamp(1, {bad})",
+                      f"SELECT snowflake_from_timestamp(now(), {bad})"):
+            got, message, _ = srv.error(query, dbname=db)
+            assert got in ("22023", "22021"), (query, got, message)
+            assert "panic" not in message.lower() and "&str" not in message, message
         # A view whose text holds such bytes is made again byte for byte.
         srv.sql("CREATE TABLE raw (id serial PRIMARY KEY); "
                 "CREATE VIEW raw_v AS SELECT id, convert_from('\\x5a7563ff'::bytea, 'SQL_ASCII') AS city FROM raw",
