@@ -34,6 +34,9 @@ packages=(
     "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-matplotlib
     python3-psycopg python3-venv
+    # Citus, built for the cluster tests (scripts/citus-builds.sh); its
+    # headers of Debian's 15 include GSSAPI's.
+    libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev
 )
 missing=()
 for p in "${packages[@]}"; do

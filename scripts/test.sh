@@ -14,7 +14,10 @@
 #      (tests/server: concurrency, crashes with kill -9, clock steps with
 #      libfaketime, settings, security, snowflake_convert under load),
 #      replication and copies between clusters (tests/replication), and
-#      what applications run (tests/clients: the examples and the recipes)
+#      what applications run (tests/clients: the examples and the recipes),
+#      and a real Citus cluster (tests/citus: Citus built from ../shared/vendor
+#      by scripts/citus-builds.sh; skipped, and said, where those sources are
+#      absent)
 #   7. the same on the other PostgreSQL majors (scripts/versions.sh) whose
 #      source could be had: the #[pg_test] tests, the regression files and
 #      the update on each, and every real-server test on the newest
@@ -25,7 +28,7 @@
 # $SNOWFLAKE_TEST_DIR.
 #
 # SNOWFLAKE_TEST_LAYERS (default: all) runs only the layers it names, from:
-# gates core fallback pg_test schema regress update server package.
+# gates core fallback pg_test schema regress update server citus package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +37,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # the C collation whatever locale the machine's root has, or lacks.
 export LC_ALL=C.UTF-8
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
-LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server package} "
+LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server citus package} "
 started=$SECONDS
 
 step() { printf '\n==> %s (%ds)\n' "$1" $((SECONDS - started)); }
@@ -61,10 +64,10 @@ skip() { result[$1 $2]="skipped ($3)"; }
 summary() {
     local status=$?
     [[ -n $current ]] && result[$current]=FAILED
-    local rows=(gates core fallback pg_test schema regress update server package)
+    local rows=(gates core fallback pg_test schema regress update server citus package)
     declare -A title=([gates]="gates: fmt, clippy" [fallback]="fallback of sources" [core]="core: cargo test"
         [pg_test]="#[pg_test]" [schema]="sql/ install script" [regress]="regression files"
-        [update]="update, pg_upgrade" [server]="real-server tests" [package]="Debian package")
+        [update]="update, pg_upgrade" [server]="real-server tests" [citus]="Citus cluster" [package]="Debian package")
     printf '\n==> Summary (%ds): each test layer on each PostgreSQL major\n\n' $((SECONDS - started))
     printf '%-22s' "layer"
     for m in "${majors[@]}"; do printf '%-22s' "$m"; done
@@ -118,7 +121,7 @@ for m in $OTHER_MAJORS; do
         continue
     fi
     why=$(sed -n "s/^$m unavailable //p" "$report")
-    for r in pg_test regress update server package; do skip "$m" "$r" "no source"; done
+    for r in pg_test regress update server citus package; do skip "$m" "$r" "no source"; done
     notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
 done
 rm -f "$report"
@@ -126,7 +129,7 @@ export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
 # The newest major besides the system's gets every real-server test.
 newest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | tail -n 1)
 for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
-    [[ $m == "$newest" ]] || skip "$m" server "newest only"
+    [[ $m == "$newest" ]] || { skip "$m" server "newest only"; skip "$m" citus "newest only"; }
 done
 for m in "${majors[@]}"; do
     [[ $m == "$SYSTEM_MAJOR" ]] || result[$m schema]="-"
@@ -164,6 +167,23 @@ schema() {
     fi
 }
 server_tests=(tests/server tests/replication tests/clients)
+# A real Citus cluster on the major whose pg_config is $2: Citus built (or
+# taken from the cache) and installed, then tests/citus; where Citus cannot
+# be had, skipped with the reason, here and in the summary.
+citus_layer() {
+    local m=$1 pg_config=$2 out rc=0
+    wanted citus || return 0
+    step "PostgreSQL $m: Citus for the cluster tests"
+    out=$(scripts/citus-builds.sh "$pg_config") || rc=$?
+    printf '%s\n' "$out"
+    if ((rc == 3)); then
+        skip "$m" citus "no Citus"
+        notes+=("!!! The Citus cluster tests did NOT run on PostgreSQL $m: ${out##*unavailable: }")
+        return 0
+    fi
+    ((rc == 0)) || { current="$m citus"; return "$rc"; }
+    layer "$m" citus "PostgreSQL $m: a real Citus cluster (coordinator and two workers)" pytest tests/citus
+}
 
 layer all fallback "A major nobody serves is skipped and said; a required one fails the run; META.json; layers" \
     pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
@@ -180,6 +200,7 @@ layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test
 layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py
 layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
     pytest "${server_tests[@]}"
+citus_layer "$m" "$PG_CONFIG"
 
 upgrade_from=""
 for m in $(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n); do
@@ -209,6 +230,7 @@ for m in $(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n); do
     fi
     if [[ $m == "$newest" ]]; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest "${server_tests[@]}"
+        citus_layer "$m" "$bin/pg_config"
     fi
     unset PG_BIN PG_REGRESS
 done

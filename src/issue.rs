@@ -3,6 +3,7 @@
 //! takes an ID, which the status's `problem` runs too (`problem`), so that
 //! it is the error the next call would raise.
 
+use crate::citus;
 use crate::mark::{self, Trigger};
 use crate::pg::clock;
 use crate::pg::error::{log, raise};
@@ -11,7 +12,7 @@ use crate::pg::xlog;
 use crate::settings;
 use crate::shmem::{self, Shmem};
 use pgrx::PgLogLevel;
-use snowflake_id_core::config::Config;
+use snowflake_id_core::config::{Config, Worker};
 use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Taken};
 use snowflake_id_core::{Class, Failure};
 use std::cell::Cell;
@@ -92,12 +93,20 @@ pub fn shmem() -> &'static Shmem {
 }
 
 /// The first check a call makes, whatever the clock or the settings say: a
-/// standby never issues. Then the identity settings.
-fn preflight() -> Result<&'static Config, Failure> {
+/// standby never issues. Then the identity settings, and the worker id
+/// they name (read from Citus by the first call that needs it).
+fn preflight(shm: &Shmem) -> Result<(&'static Config, u32), Failure> {
     if xlog::in_recovery() {
         return Err(mark::read_only());
     }
-    settings::config()
+    let cfg = settings::config()?;
+    let worker = match (shm.worker.get(), cfg.worker) {
+        (Some(w), _) => w,
+        (None, Worker::CitusGroup { offset }) => citus::settle(shm, offset, &cfg.layout)?,
+        // Set where shared memory was made; only a start without settings leaves it.
+        (None, Worker::Fixed(w)) => w,
+    };
+    Ok((cfg, worker))
 }
 
 /// The error the next call would raise at `now`, in the order a call meets
@@ -106,7 +115,7 @@ fn preflight() -> Result<&'static Config, Failure> {
 /// synchronous standby), the last two only if the next ID is beyond the
 /// published mark.
 pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
-    let cfg = preflight()?;
+    let (cfg, _) = preflight(shm)?;
     let policy = settings::policy(&cfg.layout)?;
     if let Some(f) = time_problem(&shm.gen, &cfg.layout, &policy, now) {
         return Err(f);
@@ -125,14 +134,15 @@ pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
 }
 
 /// Issues `n` IDs through `sink` as increasing runs of counter values,
-/// with the clock reading `now`.
-pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
+/// with the clock reading `now`; returns the settings and the worker id the
+/// IDs are made with.
+pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> (&'static Config, u32) {
     let shm = shmem();
     let counted = |f: Failure| -> ! {
         shm.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
-    let cfg = preflight().unwrap_or_else(|f| counted(f));
+    let (cfg, worker) = preflight(shm).unwrap_or_else(|f| counted(f));
     if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);
     }
@@ -152,7 +162,7 @@ pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> &'static Config {
     if let Err(f) = result {
         counted(f);
     }
-    cfg
+    (cfg, worker)
 }
 
 /// Whether this session was told that the layout is about to run out.
@@ -218,6 +228,7 @@ pub fn next_id() -> i64 {
     let quick = || {
         let shm = shmem::get()?;
         let cfg = settings::config().ok()?;
+        let worker = shm.worker.get()?;
         if end_warning_due(cfg, now) {
             return None;
         }
@@ -226,12 +237,12 @@ pub fn next_id() -> i64 {
         let mut tally = Tally::default();
         tally.add(&t);
         tally.record(shm);
-        Some((cfg, t.first))
+        Some((cfg, worker, t.first))
     };
-    let (cfg, first) = quick().unwrap_or_else(|| {
+    let (cfg, worker, first) = quick().unwrap_or_else(|| {
         let mut first = 0;
-        let cfg = issue(1, now, |t| first = t.first);
-        (cfg, first)
+        let (cfg, worker) = issue(1, now, |t| first = t.first);
+        (cfg, worker, first)
     });
-    cfg.layout.id_from_counter(first, u64::from(cfg.worker_id)) as i64
+    cfg.layout.id_from_counter(first, u64::from(worker)) as i64
 }

@@ -9,6 +9,7 @@
 //! - `settings`: the extension's settings, validated by the core;
 //! - `shmem`: the shared memory, each part with one owner;
 //! - `mark`: the durable mark (moves, start, WAL redo, admin);
+//! - `citus`: what this node reads of its Citus metadata;
 //! - `issue`: issuing IDs, and the checks a call makes first;
 //! - `bgworkers`: the reserver and the claims worker;
 //! - `api`: every SQL function.
@@ -23,6 +24,7 @@ use pgrx::prelude::*;
 
 mod api;
 mod bgworkers;
+mod citus;
 mod issue;
 mod mark;
 mod pg;
@@ -49,6 +51,8 @@ pub extern "C-unwind" fn _PG_init() {
 /// of any process), before any backend can use it: the mark from the state
 /// file, and a claim's refusal that must outlast the restart.
 fn on_shmem_created(shm: &'static shmem::Shmem) {
+    shm.worker
+        .set_at_start(settings::config().ok().and_then(|c| c.worker.fixed()));
     mark::start::start(shm);
     bgworkers::claims::start(shm);
 }

@@ -295,15 +295,15 @@ pub fn define() {
     );
     GucRegistry::define_string_guc(
         c"snowflake_id.worker_id_source",
-        c"Where this server's worker id comes from: 'setting' (snowflake_id.worker_id) or 'hostname'.",
-        c"'hostname' takes the number that ends the host's name (a StatefulSet ordinal, a CloudNativePG instance serial) plus snowflake_id.worker_id_offset.",
+        c"Where this server's worker id comes from: 'setting' (snowflake_id.worker_id), 'hostname' or 'citus'.",
+        c"'hostname' takes the number that ends the host's name (a StatefulSet ordinal, a CloudNativePG instance serial), 'citus' this node's Citus group id, each plus snowflake_id.worker_id_offset.",
         &WORKER_ID_SOURCE,
         GucContext::Postmaster,
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
         c"snowflake_id.worker_id_offset",
-        c"Added to the number that ends the host's name when snowflake_id.worker_id_source = 'hostname'.",
+        c"Added to the host name's number or the Citus group id (snowflake_id.worker_id_source = 'hostname' or 'citus').",
         c"Gives each fleet of numbered instances its own range of worker ids.",
         &WORKER_ID_OFFSET,
         i32::MIN,

@@ -33,11 +33,31 @@ pub struct RawSettings<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub layout: Layout,
-    pub worker_id: u32,
+    pub worker: Worker,
     /// Where the worker id came from, in words.
     pub worker_id_origin: String,
     /// [`Layout::warn_from_ms`], worked out once: every ID compares with it.
     pub warn_from_ms: UnixMs,
+}
+
+/// This server's worker id, or where it will come from once the server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Worker {
+    /// Known at start: from the setting or the host name.
+    Fixed(u32),
+    /// This node's Citus group id plus the offset, read from its database
+    /// ([`worker_id::from_citus_group`]).
+    CitusGroup { offset: i32 },
+}
+
+impl Worker {
+    /// The worker id, if it is known at start.
+    pub fn fixed(self) -> Option<u32> {
+        match self {
+            Worker::Fixed(w) => Some(w),
+            Worker::CitusGroup { .. } => None,
+        }
+    }
 }
 
 const RESTART: &str = "then restart PostgreSQL";
@@ -51,6 +71,14 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
         offset: raw.worker_id_offset,
         host_name: raw.host_name,
     })?;
+    if let Some(offset) = derived.citus_offset {
+        return Ok(Config {
+            layout,
+            worker: Worker::CitusGroup { offset },
+            worker_id_origin: derived.origin,
+            warn_from_ms: layout.warn_from_ms(),
+        });
+    }
     let from_setting = derived.origin == "snowflake_id.worker_id";
     let worker_id = match derived.worker_id {
         None => {
@@ -89,7 +117,7 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     };
     Ok(Config {
         layout,
-        worker_id,
+        worker: Worker::Fixed(worker_id),
         worker_id_origin: derived.origin,
         warn_from_ms: layout.warn_from_ms(),
     })
@@ -178,8 +206,8 @@ mod tests {
     fn defaults_need_only_a_worker_id() {
         let c = configure(&raw(1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap();
         assert_eq!(
-            (c.layout.describe(), c.worker_id),
-            ("snowflake_id".to_string(), 1)
+            (c.layout.describe(), c.worker),
+            ("snowflake_id".to_string(), Worker::Fixed(1))
         );
         let e = configure(&raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
         assert_eq!(
@@ -206,8 +234,9 @@ mod tests {
         assert_eq!(
             configure(&raw(31, "js53", DEFAULT_EPOCH_TEXT, false))
                 .unwrap()
-                .worker_id,
-            31
+                .worker
+                .fixed(),
+            Some(31)
         );
     }
 
@@ -223,8 +252,8 @@ mod tests {
         };
         let c = from_host("pg-31", 0, "js53").unwrap();
         assert_eq!(
-            (c.worker_id, c.worker_id_origin.as_str()),
-            (31, "host name \"pg-31\"")
+            (c.worker.fixed(), c.worker_id_origin.as_str()),
+            (Some(31), "host name \"pg-31\"")
         );
         let e = from_host("pg-30", 2, "js53").unwrap_err();
         assert_eq!(e.class, Class::InvalidParameter);
@@ -313,5 +342,17 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.message.contains("carries an epoch"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_citus_worker_id_is_settled_once_the_server_runs() {
+        let c = configure(&RawSettings {
+            worker_id_source: "citus",
+            worker_id_offset: 7,
+            ..raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)
+        })
+        .unwrap();
+        assert_eq!(c.worker, Worker::CitusGroup { offset: 7 });
+        assert_eq!(c.worker.fixed(), None);
     }
 }

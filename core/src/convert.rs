@@ -174,6 +174,19 @@ pub struct Facts {
     /// than the table, as (child, its owner, table, table's owner): the
     /// rewrite would run their constraints as the table's owner.
     pub owned_apart: Vec<(String, String, String, String)>,
+    /// The tables the conversion would change that Citus manages.
+    pub citus: Vec<CitusTable>,
+}
+
+/// A table Citus manages, as its metadata (`pg_dist_partition`) says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CitusTable {
+    /// Qualified and quoted.
+    pub table: String,
+    /// "distributed table", "reference table" or "Citus local table".
+    pub kind: String,
+    /// The distribution column of a distributed table, quoted.
+    pub distribution_column: Option<String>,
 }
 
 /// A sequence left owned by the column after it was converted.
@@ -395,6 +408,35 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
         .filter(|_| f.drop_sequence && !new_default);
     if widened.is_empty() && !new_default && leftover.is_none() {
         return Ok(Vec::new());
+    }
+    if let Some(t) = f.citus.first() {
+        // Citus refuses a type change of a distribution column, and carries
+        // other ALTERs to every shard one by one: refused before anything
+        // changes, with the way that works.
+        let again = match &t.distribution_column {
+            Some(column) => format!(
+                "SELECT create_distributed_table({}, {})",
+                literal(&t.table),
+                literal(column)
+            ),
+            None if t.kind == "reference table" => {
+                format!("SELECT create_reference_table({})", literal(&t.table))
+            }
+            None => format!(
+                "SELECT citus_add_local_table_to_metadata({})",
+                literal(&t.table)
+            ),
+        };
+        return Err(Failure::new(
+            Class::NotSupported,
+            format!("{} is a Citus {}: snowflake_convert does not change Citus tables", t.table, t.kind),
+        )
+        .detail("Citus refuses to change the type of a distribution column, and runs other column changes shard by shard; a conversion could stop half-way across the cluster.")
+        .hint(format!(
+            "Convert it as a plain table, then give it back to Citus, on the coordinator: SELECT undistribute_table({}, cascade_via_foreign_keys => true); SELECT snowflake_convert({}); {again}; (and the same for the tables its foreign keys link it to).",
+            literal(&t.table),
+            literal(&f.target.table)
+        )));
     }
     if let Some((child, child_owner, table, owner)) = f.owned_apart.first() {
         return Err(Failure::new(
@@ -760,6 +802,7 @@ mod tests {
             publications: vec![],
             subscribers_widened: false,
             owned_apart: vec![],
+            citus: vec![],
         }
     }
 
@@ -1374,5 +1417,30 @@ mod tests {
         assert_eq!(e.class, Class::NotReady);
         assert!(e.message.contains("the largest is 5"), "{e}");
         assert!(e.hint.unwrap().contains("snowflake_resume_above(5)"));
+    }
+
+    #[test]
+    fn a_citus_table_is_refused_before_anything_changes_with_the_way_that_works() {
+        let mut f = serial();
+        f.citus = vec![CitusTable {
+            table: "public.orders".into(),
+            kind: "distributed table".into(),
+            distribution_column: Some("id".into()),
+        }];
+        let e = plan(&f).unwrap_err();
+        assert_eq!(e.class, Class::NotSupported);
+        assert_eq!(
+            e.message,
+            "public.orders is a Citus distributed table: snowflake_convert does not change Citus tables"
+        );
+        let hint = e.hint.unwrap();
+        assert!(hint.contains("SELECT undistribute_table('public.orders', cascade_via_foreign_keys => true); SELECT snowflake_convert('public.orders'); SELECT create_distributed_table('public.orders', 'id');"), "{hint}");
+        f.citus[0].kind = "reference table".into();
+        f.citus[0].distribution_column = None;
+        assert!(plan(&f)
+            .unwrap_err()
+            .hint
+            .unwrap()
+            .contains("create_reference_table('public.orders')"));
     }
 }

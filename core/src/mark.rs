@@ -89,12 +89,18 @@ impl Identity {
     }
 }
 
+/// [`Record::worker_id`] of a mark written before the worker id was known
+/// (it comes from Citus, read after start): no worker id is that large.
+pub const WORKER_UNKNOWN: u32 = u32::MAX;
+
 /// One write of the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
     /// Counts writes; the newest valid slot wins.
     pub generation: u64,
     pub identity: Identity,
+    /// The worker id IDs were issued with, or [`WORKER_UNKNOWN`]: for the
+    /// log and the status only (the mark covers every worker id alike).
     pub worker_id: u32,
     /// No ID with a tick above this was issued.
     pub mark_tick: u64,

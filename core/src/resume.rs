@@ -25,8 +25,9 @@ pub enum Resume {
 
 const ADOPT_HINT: &str = "run SELECT snowflake_adopt_settings(); as a superuser";
 
-/// Compares what the state file holds with the settings the server runs with.
-pub fn decide(stored: &Stored, layout: &Layout, worker_id: u32, path: &str) -> Resume {
+/// Compares what the state file holds with the settings the server runs with
+/// (`worker_id` is `None` where it is settled only once the server runs).
+pub fn decide(stored: &Stored, layout: &Layout, worker_id: Option<u32>, path: &str) -> Resume {
     match stored {
         Stored::Missing => Resume::Fresh,
         Stored::Damaged(why) => Resume::Refused(
@@ -52,7 +53,9 @@ pub fn decide(stored: &Stored, layout: &Layout, worker_id: u32, path: &str) -> R
         ),
         Stored::Valid(rec) => Resume::Continue {
             rec: *rec,
-            worker_was: (rec.worker_id != worker_id).then_some(rec.worker_id),
+            worker_was: worker_id
+                .filter(|w| *w != rec.worker_id && rec.worker_id != crate::mark::WORKER_UNKNOWN)
+                .map(|_| rec.worker_id),
         },
     }
 }
@@ -269,20 +272,20 @@ mod tests {
         let l = Layout::by_name("snowflake_id").unwrap();
         let r = rec(&l, 3, 1000);
         assert_eq!(
-            decide(&Stored::Valid(r), &l, 3, "f"),
+            decide(&Stored::Valid(r), &l, Some(3), "f"),
             Resume::Continue {
                 rec: r,
                 worker_was: None
             }
         );
         assert_eq!(
-            decide(&Stored::Valid(r), &l, 4, "f"),
+            decide(&Stored::Valid(r), &l, Some(4), "f"),
             Resume::Continue {
                 rec: r,
                 worker_was: Some(3)
             }
         );
-        assert_eq!(decide(&Stored::Missing, &l, 4, "f"), Resume::Fresh);
+        assert_eq!(decide(&Stored::Missing, &l, Some(4), "f"), Resume::Fresh);
     }
 
     #[test]
@@ -293,7 +296,7 @@ mod tests {
             Layout::by_name("twitter").unwrap(),
             l.with_epoch(l.epoch_ms() + 1),
         ] {
-            let Resume::Refused(f) = decide(&Stored::Valid(r), &other, 3, "f") else {
+            let Resume::Refused(f) = decide(&Stored::Valid(r), &other, Some(3), "f") else {
                 panic!()
             };
             assert_eq!(f.class, Class::NotReady);
@@ -305,9 +308,12 @@ mod tests {
             );
             assert!(f.hint.unwrap().contains("snowflake_adopt_settings()"));
         }
-        let Resume::Refused(f) =
-            decide(&Stored::Damaged("x".into()), &l, 3, "/d/snowflake_id.state")
-        else {
+        let Resume::Refused(f) = decide(
+            &Stored::Damaged("x".into()),
+            &l,
+            Some(3),
+            "/d/snowflake_id.state",
+        ) else {
             panic!()
         };
         assert_eq!(f.class, Class::Corrupted);

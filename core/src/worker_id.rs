@@ -4,10 +4,16 @@
 //! (Kubernetes StatefulSet ordinals `pg-0`, `pg-1`; CloudNativePG instance
 //! serials `cluster-1`, `cluster-2`).
 //!
+//! Or, on Citus, the node's group id plus the offset: one integer Citus keeps
+//! unique among a cluster's primaries (its own distributed sequences build
+//! on it the same way), readable only from the database once the server
+//! runs, so that source settles the id late ([`from_citus_group`]).
+//!
 //! Every inconsistency is an error naming the settings involved: a worker id
 //! nobody chose is how two servers come to share one.
 
 use crate::failure::{Class, Failure};
+use crate::layout::Layout;
 
 const RESTART: &str = "then restart PostgreSQL";
 
@@ -16,6 +22,7 @@ const RESTART: &str = "then restart PostgreSQL";
 pub enum Source {
     Setting,
     HostName,
+    Citus,
 }
 
 impl Source {
@@ -23,12 +30,13 @@ impl Source {
         match text.trim().to_ascii_lowercase().as_str() {
             "setting" => Ok(Source::Setting),
             "hostname" => Ok(Source::HostName),
+            "citus" => Ok(Source::Citus),
             _ => Err(Failure::new(
                 Class::InvalidParameter,
                 format!("invalid snowflake_id.worker_id_source: '{text}'"),
             )
             .hint(format!(
-                "Use 'setting' (the worker id is snowflake_id.worker_id) or 'hostname' (the number that ends this host's name, plus snowflake_id.worker_id_offset); {RESTART}."
+                "Use 'setting' (the worker id is snowflake_id.worker_id), 'hostname' (the number that ends this host's name, plus snowflake_id.worker_id_offset) or 'citus' (this node's Citus group id, plus snowflake_id.worker_id_offset); {RESTART}."
             ))),
         }
     }
@@ -38,9 +46,13 @@ impl Source {
 /// where it came from in words (for the status and for errors).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Derived {
-    /// `None` when the setting is unset (the caller says how to set it).
+    /// `None` when the setting is unset (the caller says how to set it),
+    /// or when it comes from Citus.
     pub worker_id: Option<i64>,
     pub origin: String,
+    /// `Some(offset)`: the worker id is the Citus group id plus this,
+    /// settled once the server runs.
+    pub citus_offset: Option<i32>,
 }
 
 /// What the worker-id settings say (`snowflake_id.worker_id`, `-1` while
@@ -60,29 +72,120 @@ pub fn derive(inputs: Inputs<'_>) -> Result<Derived, Failure> {
         Source::Setting if inputs.offset != 0 => Err(Failure::new(
             Class::InvalidParameter,
             format!(
-                "snowflake_id.worker_id_offset = {} is set, but the worker id does not come from the host name",
+                "snowflake_id.worker_id_offset = {} is set, but the worker id comes from neither the host name nor Citus",
                 inputs.offset
             ),
         )
         .hint(format!(
-            "Remove it (ALTER SYSTEM RESET snowflake_id.worker_id_offset), or set snowflake_id.worker_id_source = 'hostname'; {RESTART}."
+            "Remove it (ALTER SYSTEM RESET snowflake_id.worker_id_offset), or set snowflake_id.worker_id_source = 'hostname' or 'citus'; {RESTART}."
         ))),
         Source::Setting => Ok(Derived {
             worker_id: (inputs.worker_id != -1).then_some(inputs.worker_id as i64),
             origin: "snowflake_id.worker_id".into(),
+            citus_offset: None,
         }),
-        Source::HostName if inputs.worker_id != -1 => Err(Failure::new(
-            Class::InvalidParameter,
-            format!(
-                "snowflake_id.worker_id = {} is set, but snowflake_id.worker_id_source = 'hostname' takes the worker id from the host name",
-                inputs.worker_id
-            ),
+        source @ (Source::HostName | Source::Citus) if inputs.worker_id != -1 => {
+            let (value, from) = match source {
+                Source::Citus => ("citus", "this node's Citus group id"),
+                _ => ("hostname", "the host name"),
+            };
+            Err(Failure::new(
+                Class::InvalidParameter,
+                format!(
+                    "snowflake_id.worker_id = {} is set, but snowflake_id.worker_id_source = '{value}' takes the worker id from {from}",
+                    inputs.worker_id
+                ),
+            )
+            .hint(format!(
+                "Keep one: ALTER SYSTEM RESET snowflake_id.worker_id to use {from}, or ALTER SYSTEM RESET snowflake_id.worker_id_source to use the setting; {RESTART}."
+            )))
+        }
+        Source::HostName => from_host_name(inputs.host_name, inputs.offset),
+        Source::Citus => Ok(Derived {
+            worker_id: None,
+            origin: citus_words(None, inputs.offset),
+            citus_offset: Some(inputs.offset),
+        }),
+    }
+}
+
+/// "Citus group id 3 + snowflake_id.worker_id_offset 100", or, before the
+/// group id is read, "Citus group id (not read yet)".
+fn citus_words(group_id: Option<i64>, offset: i32) -> String {
+    let group = group_id.map_or("(not read yet)".to_string(), |g| g.to_string());
+    if offset == 0 {
+        format!("Citus group id {group}")
+    } else {
+        format!("Citus group id {group} + snowflake_id.worker_id_offset {offset}")
+    }
+}
+
+/// What a node's own Citus metadata says, as its database holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CitusNode {
+    /// `pg_dist_local_group.groupid`: written by the coordinator when it
+    /// adds the node (with metadata sync, Citus's default); 0 until then.
+    pub group_id: i64,
+    /// Whether this node's `pg_dist_node` lists a primary in group 0 (the
+    /// coordinator). The coordinator's group id is 0 too, so a 0 is believed
+    /// only where the coordinator is listed: on a worker that is not added
+    /// yet, `pg_dist_node` is empty.
+    pub coordinator_listed: bool,
+}
+
+/// The worker id of a node whose `worker_id_source` is 'citus', from its
+/// metadata (`None`: the database asked has no Citus), with its origin in
+/// words. Waits rather than guesses: a 0 that may be a worker not yet added
+/// is refused, as is an id past the layout's worker bits (never wrapped).
+pub fn from_citus_group(
+    node: Option<CitusNode>,
+    offset: i32,
+    layout: &Layout,
+) -> Result<(u32, String), Failure> {
+    const LATER: &str = "nothing needs a restart: the next call reads it again";
+    let Some(node) = node else {
+        return Err(Failure::new(
+            Class::NotReady,
+            "this server's worker id is not known yet: snowflake_id.worker_id_source = 'citus' reads it from the Citus metadata, and this database has none",
         )
         .hint(format!(
-            "Keep one: ALTER SYSTEM RESET snowflake_id.worker_id to use the host name, or ALTER SYSTEM RESET snowflake_id.worker_id_source to use the setting; {RESTART}."
-        ))),
-        Source::HostName => from_host_name(inputs.host_name, inputs.offset),
+            "Take the first ID after a start in the database where CREATE EXTENSION citus ran (every database then uses the id read there); {LATER}."
+        )));
+    };
+    if node.group_id == 0 && !node.coordinator_listed {
+        return Err(Failure::new(
+            Class::NotReady,
+            "this node's Citus group id is 0, the coordinator's, but no coordinator is in its metadata: it is a worker not added to a cluster yet, or a coordinator that has not named itself",
+        )
+        .detail("A worker's group id is written by the coordinator when it adds the node; until then every worker would take the coordinator's worker id.")
+        .hint(format!(
+            "On the coordinator, run SELECT citus_add_node('<this node's host>', <port>) for a worker (with citus.enable_metadata_sync on, Citus's default), or SELECT citus_set_coordinator_host('<its host>', <port>) for the coordinator itself; {LATER}."
+        )));
     }
+    let max = layout.max_worker();
+    let worker = node.group_id.saturating_add(i64::from(offset));
+    if node.group_id < 0 || worker < 0 || worker as u64 > max {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "the worker id {worker} from {} does not fit the {} worker bits of {} (0 to {max})",
+                citus_words(Some(node.group_id), offset),
+                layout.worker_bits(),
+                layout.title()
+            ),
+        )
+        .detail("Citus gives a new group id to every node added, and again to a node removed and added back; they are never reused.")
+        .hint(format!(
+            "Lower snowflake_id.worker_id_offset on every node so that each group id lands in 0 to {max}, or use a layout with more worker bits; {RESTART}."
+        )));
+    }
+    Ok((
+        worker as u32,
+        format!(
+            "{} (worker ids up to {max} fit this layout)",
+            citus_words(Some(node.group_id), offset)
+        ),
+    ))
 }
 
 fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
@@ -131,6 +234,7 @@ fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
     Ok(Derived {
         worker_id: Some(number.saturating_add(offset as i64)),
         origin,
+        citus_offset: None,
     })
 }
 
@@ -209,6 +313,65 @@ mod tests {
         }
         let e = derive_from("hostname", -1, 0, None).unwrap_err();
         assert!(e.message.contains("could not be read"), "{}", e.message);
+    }
+
+    #[test]
+    fn citus_settles_the_worker_id_late_from_the_group_id() {
+        let d = derive_from("Citus", -1, 100, None).unwrap();
+        assert_eq!((d.worker_id, d.citus_offset), (None, Some(100)));
+        assert_eq!(
+            d.origin,
+            "Citus group id (not read yet) + snowflake_id.worker_id_offset 100"
+        );
+        let e = derive_from("citus", 4, 0, None).unwrap_err();
+        assert!(
+            e.message
+                .contains("takes the worker id from this node's Citus group id"),
+            "{}",
+            e.message
+        );
+        let layout = Layout::by_name("snowflake_id").unwrap();
+        let node = |group_id, coordinator_listed| {
+            Some(CitusNode {
+                group_id,
+                coordinator_listed,
+            })
+        };
+        // Workers 1, 2 and the coordinator once it is listed.
+        assert_eq!(
+            from_citus_group(node(2, true), 0, &layout).unwrap(),
+            (
+                2,
+                "Citus group id 2 (worker ids up to 1023 fit this layout)".to_string()
+            )
+        );
+        assert_eq!(from_citus_group(node(0, true), 0, &layout).unwrap().0, 0);
+        assert_eq!(
+            from_citus_group(node(3, false), 500, &layout).unwrap().0,
+            503
+        );
+        // A 0 that may be a worker not added yet: wait, never guess.
+        let e = from_citus_group(node(0, false), 0, &layout).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(e.hint.unwrap().contains("citus_add_node"));
+        // No Citus in the database asked.
+        let e = from_citus_group(None, 0, &layout).unwrap_err();
+        assert_eq!(e.class, Class::NotReady);
+        assert!(e.message.contains("has none"), "{}", e.message);
+        // Past the worker bits: refused, never wrapped.
+        for (group, offset) in [(1024, 0), (1000, 24), (5, -6), (-1, 0)] {
+            let e = from_citus_group(node(group, true), offset, &layout).unwrap_err();
+            assert_eq!(e.class, Class::InvalidParameter, "{group} + {offset}");
+            assert!(
+                e.message.contains("does not fit the 10 worker bits"),
+                "{}",
+                e.message
+            );
+        }
+        assert_eq!(
+            from_citus_group(node(1000, true), 23, &layout).unwrap().0,
+            1023
+        );
     }
 
     #[test]

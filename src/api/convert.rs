@@ -8,7 +8,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 use snowflake_id_core::convert::{
-    self, Column, Facts, Grant, Leftover, OldDefault, Referencing, Step, View,
+    self, CitusTable, Column, Facts, Grant, Leftover, OldDefault, Referencing, Step, View,
 };
 use snowflake_id_core::{Class, Failure};
 
@@ -632,6 +632,7 @@ fn facts_with(
         publications: Vec::new(),
         subscribers_widened: asked.subscribers_widened,
         owned_apart: Vec::new(),
+        citus: Vec::new(),
     };
     convert::check(&facts)?;
     let widened: Vec<&Found> = convert::widened(&facts)
@@ -641,6 +642,7 @@ fn facts_with(
     facts.views = views(c, &widened);
     facts.publications = publications(c, &widened);
     facts.owned_apart = owned_apart(c, &widened);
+    facts.citus = citus_tables(c, tbl, &widened);
     let oids = found
         .iter()
         .map(|f| (f.column.table.clone(), f.relid))
@@ -800,6 +802,47 @@ fn owned_apart(c: &SpiClient<'_>, widened: &[&Found]) -> Vec<(String, String, St
                 (text(r.get(1)), text(r.get(2)), text(r.get(3)))
             {
                 out.push((child, owner, w.column.table.clone(), top));
+            }
+        }
+    }
+    out
+}
+
+/// The tables among the target and those whose columns widen that Citus
+/// manages (none where this database has no Citus).
+fn citus_tables(c: &SpiClient<'_>, target: pg_sys::Oid, widened: &[&Found]) -> Vec<CitusTable> {
+    let has_citus = spi(c.select(
+        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+        None,
+        &[],
+    ))
+    .first()
+    .get_one::<bool>();
+    if spi(has_citus) != Some(true) {
+        return Vec::new();
+    }
+    let mut relids = vec![target];
+    relids.extend(widened.iter().map(|w| w.relid).filter(|r| *r != target));
+    let mut out = Vec::new();
+    for relid in relids {
+        let rows = spi(c.select(
+            "SELECT pg_catalog.format('%s', p.logicalrelid::pg_catalog.regclass), \
+                    CASE WHEN p.partmethod OPERATOR(pg_catalog.<>) 'n' THEN 'distributed table' \
+                         WHEN p.repmodel OPERATOR(pg_catalog.=) 't' THEN 'reference table' \
+                         ELSE 'Citus local table' END, \
+                    CASE WHEN p.partmethod OPERATOR(pg_catalog.<>) 'n' THEN pg_catalog.quote_ident( \
+                         pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)) END \
+             FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",
+            None,
+            &args([relid.into()]),
+        ));
+        for r in rows {
+            if let (Some(table), Some(kind)) = (text(r.get(1)), text(r.get(2))) {
+                out.push(CitusTable {
+                    table,
+                    kind,
+                    distribution_column: text(r.get(3)),
+                });
             }
         }
     }

@@ -33,8 +33,8 @@ fn batch(function: &str, n: i32) -> impl Iterator<Item = i64> {
         );
     }
     let mut runs = Vec::with_capacity(1);
-    let cfg = issue::issue(n as u64, clock::now_ms(), |t| runs.push(t));
-    let (layout, worker) = (cfg.layout, u64::from(cfg.worker_id));
+    let (cfg, worker) = issue::issue(n as u64, clock::now_ms(), |t| runs.push(t));
+    let (layout, worker) = (cfg.layout, u64::from(worker));
     runs.into_iter().flat_map(move |t| {
         (t.first..t.first + t.count).map(move |c| layout.id_from_counter(c, worker) as i64)
     })

@@ -2,6 +2,7 @@
 //! is doing, from counters that cost the hot path nothing.
 
 use crate::bgworkers::claims;
+use crate::citus;
 use crate::issue;
 use crate::pg::clock::{now_ms, pg_timestamp};
 use crate::pg::encoding::for_messages;
@@ -10,6 +11,7 @@ use crate::settings;
 use crate::shmem::Shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use snowflake_id_core::config::{Config, Worker};
 use std::sync::atomic::Ordering;
 
 fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
@@ -59,7 +61,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let last = match (layout, issued) {
         (Some(l), 1..) => {
             let counter = next.saturating_sub(1);
-            let worker = cfg.as_ref().map_or(0, |c| u64::from(c.worker_id));
+            let worker = u64::from(shm.worker.get().unwrap_or(0));
             Some((
                 l.id_from_counter(counter, worker) as i64,
                 l.tick_start_ms(counter >> l.sequence_bits()),
@@ -76,16 +78,14 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let values = [
         (
             "worker_id",
-            cfg.as_ref()
-                .ok()
-                .map(|c| pg_sys::Datum::from(c.worker_id as i32)),
+            shm.worker
+                .get()
+                .filter(|_| cfg.is_ok())
+                .map(|w| pg_sys::Datum::from(w as i32)),
         ),
         (
             "worker_id_source",
-            cfg.as_ref()
-                .ok()
-                .map(|c| c.worker_id_origin.as_str())
-                .into_datum(),
+            cfg.as_ref().ok().map(|c| origin(shm, c)).into_datum(),
         ),
         ("layout", layout.map(|l| l.describe()).into_datum()),
         ("epoch", layout.and_then(|l| ts(l.epoch_ms()))),
@@ -165,3 +165,12 @@ extension_sql_file!(
     name = "snowflake_status",
     requires = ["snowflake_claims"]
 );
+
+/// Where the worker id came from; for a Citus node, with the group id once
+/// it was read.
+fn origin(shm: &Shmem, cfg: &Config) -> String {
+    match (cfg.worker, shm.worker.get()) {
+        (Worker::CitusGroup { offset }, Some(w)) => citus::origin(w, offset, &cfg.layout),
+        _ => cfg.worker_id_origin.clone(),
+    }
+}

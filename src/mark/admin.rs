@@ -9,7 +9,7 @@ use crate::shmem::Shmem;
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
 use snowflake_id_core::layout::Layout;
-use snowflake_id_core::mark::{Identity, Stored};
+use snowflake_id_core::mark::{Identity, Stored, WORKER_UNKNOWN};
 use snowflake_id_core::resume;
 use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{Class, Failure};
@@ -41,9 +41,9 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
             return Ok((
                 None,
                 format!(
-                    "nothing to adopt: IDs are already issued under {} with worker id {}",
+                    "nothing to adopt: IDs are already issued under {} with {}",
                     Identity::of(&cfg.layout).describe(),
-                    cfg.worker_id
+                    worker_words(shm.worker.get().unwrap_or(WORKER_UNKNOWN))
                 ),
             ));
         }
@@ -69,7 +69,7 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
         let w = write(shm, cfg, mark)?;
         shm.refusal.lift_mark();
         let from = match old {
-            Some(r) => format!("{} (worker id {})", r.identity.describe(), r.worker_id),
+            Some(r) => format!("{} ({})", r.identity.describe(), worker_words(r.worker_id)),
             None => "no readable state".to_string(),
         };
         let first = cfg
@@ -78,9 +78,9 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
         Ok((
             Some(w),
             format!(
-                "adopted {} with worker id {} (from {from}); the next ID carries a time of {} or later",
+                "adopted {} with {} (from {from}); the next ID carries a time of {} or later",
                 Identity::of(&cfg.layout).describe(),
-                cfg.worker_id,
+                worker_words(shm.worker.get().unwrap_or(WORKER_UNKNOWN)),
                 format_instant(first)
             ),
         ))
@@ -133,4 +133,13 @@ pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<
         ));
     }
     Ok(text)
+}
+
+/// "worker id 3", or what is said before a Citus node has read its own.
+fn worker_words(worker: u32) -> String {
+    if worker == WORKER_UNKNOWN {
+        "its worker id not read from Citus yet".to_string()
+    } else {
+        format!("worker id {worker}")
+    }
 }

@@ -24,7 +24,7 @@ use crate::shmem::Shmem;
 use file::{file, io_failure};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
-use snowflake_id_core::mark::{Identity, Record};
+use snowflake_id_core::mark::{Identity, Record, WORKER_UNKNOWN};
 use snowflake_id_core::resume::Resume;
 use snowflake_id_core::timefmt::format_duration;
 use snowflake_id_core::{Class, Failure};
@@ -221,7 +221,7 @@ fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
     let rec = Record {
         generation: shm.mark.generation() + 1,
         identity: Identity::of(&cfg.layout),
-        worker_id: cfg.worker_id,
+        worker_id: shm.worker.get().unwrap_or(WORKER_UNKNOWN),
         mark_tick: mark,
         written_at_ms: now_ms(),
         system_id,

@@ -24,7 +24,7 @@ pub(super) fn decide(cfg: &Config) -> Resume {
         Ok(stored) => resume::decide(
             &stored,
             &cfg.layout,
-            cfg.worker_id,
+            cfg.worker.fixed(),
             &file.path().to_string_lossy(),
         ),
         Err(e) => Resume::Refused(io_failure("read", e)),
@@ -60,8 +60,8 @@ pub fn start(shm: &Shmem) {
         Resume::Continue { rec, worker_was } => {
             shm.gen.reset(Some(rec.mark_tick), s);
             shm.mark.note(&rec, MarkSource::StateFile);
-            if let Some(was) = worker_was {
-                log!("snowflake_id: worker id changed from {was} to {}; new IDs continue above every ID issued before", cfg.worker_id);
+            if let (Some(was), Some(now)) = (worker_was, cfg.worker.fixed()) {
+                log!("snowflake_id: worker id changed from {was} to {now}; new IDs continue above every ID issued before");
             }
         }
         Resume::Refused(f) => {

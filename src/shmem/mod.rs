@@ -8,7 +8,8 @@
 //! - [`refusal::Refusal`]: whether generation is refused, and why;
 //! - [`claims::ClaimsState`]: what the claims worker publishes;
 //! - [`counters`]: counts for the status, and the per-process slots;
-//! - the reserver's process id ([`pid::Pid`]).
+//! - the reserver's process id ([`pid::Pid`]);
+//! - the worker id generation uses ([`worker::WorkerId`]).
 //!
 //! What runs when the region is first made is handed in by `lib.rs`: this
 //! layer knows no part's meaning beyond its own fields.
@@ -19,6 +20,7 @@ pub mod mark;
 pub mod pid;
 pub mod refusal;
 pub mod text;
+pub mod worker;
 
 use crate::pg::clock::now_ms;
 use counters::{Counters, Slot, Slots};
@@ -34,6 +36,7 @@ pub struct Shmem {
     pub refusal: refusal::Refusal,
     pub claims: claims::ClaimsState,
     pub reserver_pid: pid::Pid,
+    pub worker: worker::WorkerId,
     pub counters: Counters,
     started_at_ms: AtomicI64,
     slot_count: u64,
@@ -165,6 +168,7 @@ impl Shmem {
             refusal: refusal::Refusal::new(),
             claims: claims::ClaimsState::new(),
             reserver_pid: pid::Pid::new(),
+            worker: worker::WorkerId::new(),
             counters: Counters::default(),
             started_at_ms: AtomicI64::new(now_ms()),
             slot_count,

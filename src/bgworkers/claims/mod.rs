@@ -17,6 +17,7 @@ pub mod away;
 mod table;
 
 use super::skeleton::{enter, Worker};
+use crate::citus;
 use crate::mark;
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::datadir::data_dir;
@@ -30,6 +31,7 @@ use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::claims::{
     Claim, Claimant, Finding, Held, Memory, Observer, REFRESH_MS, STALE_AFTER_MS,
 };
+use snowflake_id_core::config::{self, Config};
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
 use std::time::Duration;
@@ -143,6 +145,21 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
 }
 
 /// This server's claimant identity and name.
+/// This server's worker id; on a Citus node not yet settled, read here
+/// when this is the Citus database (so that the id is known, and claimed,
+/// before the first call). A failure is the status's `problem` already.
+fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
+    match (shm.worker.get(), cfg.worker) {
+        (Some(w), _) => Some(w),
+        (None, config::Worker::CitusGroup { offset }) => {
+            in_transaction(|| citus::settle(shm, offset, &cfg.layout))
+                .ok()
+                .and_then(Result::ok)
+        }
+        (None, config::Worker::Fixed(_)) => None,
+    }
+}
+
 fn me(shm: &Shmem, worker_id: u32) -> (Claimant, String) {
     let (system_identifier, timeline) = xlog::origin();
     (
@@ -264,7 +281,7 @@ impl Keeper {
         // A server without a usable worker id issues nothing and claims
         // nothing (the status says why), but still sees other servers
         // collide: a fan-in subscriber that only reads, say.
-        let worker_id = settings::config().ok().map(|c| c.worker_id);
+        let worker_id = settings::config().ok().and_then(|c| worker_id(shm, c));
         let (who, name) = me(shm, worker_id.unwrap_or(NO_WORKER_ID));
         let claimed_at = self.memory.claimed_at(&who);
         let (mine, previous) = (who.clone(), self.previous);

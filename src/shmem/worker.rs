@@ -1,0 +1,52 @@
+//! The worker id generation uses. Known where shared memory is made when
+//! the settings name it; with `worker_id_source = 'citus'`, settled once, by
+//! the first call that reads this node's group id, and kept until the next
+//! start (a node's group id does not change while it is in a cluster).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Not known yet. Outside every layout's worker ids, which fit 32 bits.
+const UNKNOWN: u64 = u64::MAX;
+
+pub struct WorkerId {
+    value: AtomicU64,
+}
+
+impl WorkerId {
+    pub const fn new() -> WorkerId {
+        WorkerId {
+            value: AtomicU64::new(UNKNOWN),
+        }
+    }
+
+    /// The worker id, once known.
+    #[inline]
+    pub fn get(&self) -> Option<u32> {
+        match self.value.load(Ordering::Relaxed) {
+            UNKNOWN => None,
+            w => Some(w as u32),
+        }
+    }
+
+    /// Where shared memory is made: the id the settings name, if they do.
+    pub fn set_at_start(&self, worker: Option<u32>) {
+        self.value
+            .store(worker.map_or(UNKNOWN, u64::from), Ordering::Relaxed);
+    }
+
+    /// Settles the id read after start. The first to settle it wins; a
+    /// different id read later is handed back as `Err(the id in force)`:
+    /// an id never changes under a running generator.
+    pub fn settle(&self, worker: u32) -> Result<(), u32> {
+        match self.value.compare_exchange(
+            UNKNOWN,
+            u64::from(worker),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Ok(()),
+            Err(w) if w == u64::from(worker) => Ok(()),
+            Err(w) => Err(w as u32),
+        }
+    }
+}

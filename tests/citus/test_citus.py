@@ -1,0 +1,237 @@
+"""A real Citus cluster: a coordinator and two workers on this machine, each
+preloading Citus and snowflake_id with one configuration, the same on every
+node (`snowflake_id.worker_id_source = 'citus'`), built by
+scripts/citus-builds.sh from the sources beside the project (test.sh skips
+this folder, saying why, where they are absent).
+
+What Citus does was read in its source (13.2.2 and 14.0.1):
+- a node's group id is the one row of `pg_dist_local_group`, 0 until the
+  coordinator adds the node and writes it there (metadata sync,
+  `metadata/metadata_sync.c`); the coordinator's own group is 0
+  (`COORDINATOR_GROUP_ID`), and it lists itself in `pg_dist_node` once
+  `citus_set_coordinator_host` ran (`metadata/node_metadata.c`,
+  `EnsureCoordinatorIsInMetadata`);
+- an INSERT ... SELECT that Citus repartitions evaluates volatile functions
+  other than nextval() in the per-shard SELECTs on the workers
+  (`planner/multi_logical_optimizer.c`, `CanPushDownExpression`).
+"""
+
+import io
+import threading
+
+import pytest
+from harness import Server, servers
+
+SOURCE = {"snowflake_id.worker_id": None, "snowflake_id.worker_id_source": "'citus'"}
+
+
+def node(made, name, **conf):
+    s = Server(name, conf={
+        "shared_preload_libraries": "'citus,snowflake_id'",
+        "listen_addresses": "'localhost'",
+        "wal_level": "logical",
+        # Each client's COPY opens a connection per shard it writes: few
+        # shards, room for all of them.
+        "max_connections": 150,
+        "citus.shard_count": 4,
+        # Nodes talk over loopback here; Citus's own default asks for SSL.
+        "citus.node_conninfo": "'sslmode=disable'",
+        **SOURCE,
+        **conf,
+    })
+    made.append(s)
+    s.start()
+    s.sql("CREATE EXTENSION citus")
+    return s
+
+
+def add(coordinator, worker):
+    coordinator.sql("SELECT citus_add_node('localhost', %s)", (worker.port,))
+
+
+def status(s):
+    return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
+
+
+def workers_of(s, ids):
+    """The worker ids the IDs carry."""
+    return {r[0] for r in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) AS i",
+                                (list(ids),))}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with servers() as made:
+        c = node(made, "citus-coord")
+        w1 = node(made, "citus-w1")
+        w2 = node(made, "citus-w2")
+        c.sql("SELECT citus_set_coordinator_host('localhost', %s)", (c.port,))
+        add(c, w1)
+        add(c, w2)
+        # Citus carries CREATE EXTENSION to the workers.
+        c.sql("CREATE EXTENSION snowflake_id")
+        yield c, w1, w2, made
+
+
+def test_each_node_takes_its_worker_id_from_its_group_id(cluster):
+    c, w1, w2, _ = cluster
+    for s, group in ((c, 0), (w1, 1), (w2, 2)):
+        assert s.one("SELECT groupid FROM pg_dist_local_group") == group
+        s.sql("SELECT snowflake_nextval()")
+        worker_id, source, problem = status(s)
+        assert (worker_id, problem) == (group, None), (s.name, worker_id, problem)
+        assert source == f"Citus group id {group} (worker ids up to 1023 fit this layout)", source
+        assert workers_of(s, [s.one("SELECT snowflake_nextval()")]) == {group}
+        assert f"worker id {group}, from Citus group id {group}" in s.log_text()
+
+
+def test_every_insert_path_gives_unique_ids_carrying_the_evaluating_nodes_group(cluster):
+    c, w1, w2, _ = cluster
+    c.sql("""CREATE TABLE events (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), tenant int, note text);
+             SELECT create_distributed_table('events', 'id');
+             CREATE TABLE orders (tenant int, id bigint DEFAULT snowflake_nextval(), note text,
+                                  PRIMARY KEY (tenant, id));
+             SELECT create_distributed_table('orders', 'tenant');""")
+    errors = []
+
+    def clients(target, body, n=2):
+        def run():
+            try:
+                with target.connect() as conn, conn.cursor() as cur:
+                    body(cur)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(f"{target.name}: {e}")
+
+        threads = [threading.Thread(target=run) for _ in range(n)]
+        for t in threads:
+            t.start()
+        return threads
+
+    def single(tag):
+        def body(cur):
+            for i in range(200):
+                cur.execute("INSERT INTO events (tenant, note) VALUES (%s, %s)", (i % 7, f"single {tag}"))
+        return body
+
+    def multi(cur):
+        for _ in range(20):
+            cur.execute("INSERT INTO events (tenant, note) SELECT g % 7, 'multi' FROM generate_series(1, 10) g")
+            cur.execute("INSERT INTO orders (tenant, note) VALUES (1, 'multi'), (2, 'multi'), (3, 'multi')")
+
+    def copy(cur):
+        cur.copy_expert("COPY events (tenant, note) FROM STDIN",
+                        io.StringIO("".join(f"{i % 7}\tcopy\n" for i in range(500))))
+
+    threads = []
+    for target in (c, w1, w2):  # the coordinator, and straight to each worker
+        threads += clients(target, single(target.name)) + clients(target, multi) + clients(target, copy, n=1)
+    for t in threads:
+        t.join()
+    assert errors == [], errors
+    # INSERT ... SELECT between tables distributed differently: repartitioned,
+    # the DEFAULT evaluated on the workers that hold the source shards.
+    before = c.one("SELECT coalesce(max(id), 0) FROM orders WHERE note = 'moved'")
+    c.sql("INSERT INTO orders (tenant, note) SELECT tenant, 'moved' FROM events WHERE note = 'copy'")
+    moved = [r[0] for r in c.sql("SELECT id FROM orders WHERE note = 'moved' AND id > %s", (before,))]
+    assert len(moved) == 1500
+    assert workers_of(c, moved) == {1, 2}, workers_of(c, moved)
+
+    ids = [r[0] for r in c.sql("SELECT id FROM events UNION ALL SELECT id FROM orders")]
+    assert len(ids) == 3 * (2 * 200 + 2 * 200 + 500) + 3 * 2 * 20 * 3 + 1500
+    assert len(set(ids)) == len(ids), "duplicate ids"
+    assert workers_of(c, ids) == {0, 1, 2}
+    # A row's DEFAULT is evaluated by the node the statement was sent to.
+    for target, group in ((c, 0), (w1, 1), (w2, 2)):
+        mine = [r[0] for r in c.sql("SELECT id FROM events WHERE note = %s", (f"single {target.name}",))]
+        assert len(mine) == 400 and workers_of(c, mine) == {group}, (target.name, workers_of(c, mine))
+
+
+def test_a_node_not_added_yet_waits_and_then_issues_with_its_own_group(cluster):
+    c, _, _, made = cluster
+    w3 = node(made, "citus-w3")
+    # Its group id is still 0, the coordinator's: refused, never guessed.
+    w3.sql("CREATE EXTENSION snowflake_id")
+    code, message, hint = w3.error("SELECT snowflake_nextval()")
+    assert code == "55000", (code, message)
+    assert "group id is 0" in message and "citus_add_node" in hint, (message, hint)
+    assert "group id is 0" in status(w3)[2]
+    w3.sql("DROP EXTENSION snowflake_id")  # Citus brings it when the node is added
+    add(c, w3)
+    group = w3.one("SELECT groupid FROM pg_dist_local_group")
+    assert group not in (0, 1, 2)
+    ids = [w3.one("SELECT snowflake_nextval()") for _ in range(3)]
+    assert workers_of(w3, ids) == {group}
+    assert status(w3)[0] == group
+
+
+def test_a_database_without_citus_cannot_settle_the_worker_id():
+    with servers() as made:
+        s = node(made, "citus-alone")
+        s.sql("CREATE DATABASE plain")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="plain")
+        code, message, hint = s.error("SELECT snowflake_nextval()", dbname="plain")
+        assert code == "55000" and "this database has none" in message, (code, message)
+        assert "CREATE EXTENSION citus" in hint, hint
+        # A single node that has not named itself the coordinator: group 0, no coordinator listed.
+        s.sql("CREATE EXTENSION snowflake_id")
+        code, message, hint = s.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "citus_set_coordinator_host" in hint, (code, message, hint)
+        s.sql("SELECT citus_set_coordinator_host('localhost', %s)", (s.port,))
+        first = s.one("SELECT snowflake_nextval()")
+        # Settled for the whole server: the database without Citus issues too.
+        assert workers_of(s, [first, s.one("SELECT snowflake_nextval()", dbname="plain")]) == {0}
+
+
+def test_a_group_id_past_the_layouts_worker_bits_is_refused_not_wrapped():
+    with servers() as made:
+        s = node(made, "citus-far", **{"snowflake_id.layout": "'js53'", "snowflake_id.worker_id_offset": 31})
+        s.sql("SELECT citus_set_coordinator_host('localhost', %s)", (s.port,))
+        s.sql("CREATE EXTENSION snowflake_id")
+        assert s.one("SELECT snowflake_nextval()") is not None  # 0 + 31: the last that fits
+        far = node(made, "citus-far-w", **{"snowflake_id.layout": "'js53'", "snowflake_id.worker_id_offset": 31})
+        add(s, far)  # group 1: 1 + 31 = 32 does not fit js53's 5 worker bits
+        code, message, hint = far.error("SELECT snowflake_nextval()")
+        assert code == "22023", (code, message)
+        assert "worker id 32 from Citus group id 1 + snowflake_id.worker_id_offset 31" in message, message
+        assert "does not fit the 5 worker bits" in message and "worker_id_offset" in hint
+
+
+def test_returning_with_the_layout_named_decoding_forms(cluster):
+    c, _, _, _ = cluster
+    c.sql("CREATE TABLE IF NOT EXISTS ret (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v int);"
+          "SELECT create_distributed_table('ret', 'id')")
+    row = c.sql("INSERT INTO ret (v) VALUES (1) RETURNING id, snowflake_timestamp(id, 'snowflake_id') IS NOT NULL,"
+                " (snowflake_decode(id, 'snowflake_id')).worker_id")[0]
+    assert row[1:] == (True, 0)
+    # The one-argument forms read the node's settings (STABLE): Citus refuses them there.
+    code, message, _ = c.error("INSERT INTO ret (v) VALUES (2) RETURNING snowflake_timestamp(id)")
+    assert code is not None and "RETURNING" in message, (code, message)
+
+
+@pytest.mark.parametrize("table, ddl, distributed_by", [
+    ("by_id", "CREATE TABLE by_id (id bigserial PRIMARY KEY, v text)", "id"),
+    ("by_tenant", "CREATE TABLE by_tenant (tenant int, id serial, v text, PRIMARY KEY (tenant, id))", "tenant"),
+])
+def test_snowflake_convert_refuses_a_distributed_table_up_front_and_the_hints_way_works(cluster, table, ddl,
+                                                                                     distributed_by):
+    c, _, _, _ = cluster
+    c.sql(ddl)
+    c.sql(f"SELECT create_distributed_table('{table}', '{distributed_by}')")
+    c.sql(f"INSERT INTO {table} (v{', tenant' if distributed_by == 'tenant' else ''}) "
+          f"SELECT 'old'{', g % 5' if distributed_by == 'tenant' else ''} FROM generate_series(1, 100) g")
+    shape = f"""SELECT format_type(atttypid, atttypmod), pg_get_expr(adbin, adrelid) FROM pg_attribute
+                LEFT JOIN pg_attrdef ON adrelid = attrelid AND adnum = attnum
+                WHERE attrelid = '{table}'::regclass AND attname = 'id'"""
+    before = (c.sql(shape), c.sql(f"SELECT * FROM {table} ORDER BY 1, 2"))
+    code, message, hint = c.error(f"SELECT snowflake_convert('{table}')")
+    assert code == "0A000", (code, message)
+    assert message == f"public.{table} is a Citus distributed table: snowflake_convert does not change Citus tables"
+    assert (c.sql(shape), c.sql(f"SELECT * FROM {table} ORDER BY 1, 2")) == before
+    # The HINT, pasted as it is: the table comes back distributed, converted, rows kept.
+    c.sql(hint[hint.index("SELECT undistribute_table"):hint.index(" (and the same")])
+    assert c.one(f"SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition "
+                 f"WHERE logicalrelid = '{table}'::regclass") == distributed_by
+    assert c.sql(shape)[0] == ("bigint", "snowflake_nextval()")
+    assert c.sql(f"SELECT * FROM {table} ORDER BY 1, 2") == before[1]
+    c.sql(f"INSERT INTO {table} (v{', tenant' if distributed_by == 'tenant' else ''}) "
+          f"VALUES ('new'{', 1' if distributed_by == 'tenant' else ''})")
