@@ -42,6 +42,7 @@ pub extern "C-unwind" fn _PG_init() {
         mark::redo::register(settings::wal_rmgr_id());
         shmem::install(on_shmem_created);
         bgworkers::register();
+        api::utility::install();
     } else {
         settings::read_without_defining();
     }

@@ -16,6 +16,7 @@
 // Nothing here needs unsafe code; the compiler holds us to it.
 #![forbid(unsafe_code)]
 
+pub mod citus;
 pub mod claims;
 pub mod config;
 pub mod convert;

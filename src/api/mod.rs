@@ -9,3 +9,4 @@ mod decode;
 mod generate;
 mod status;
 mod text;
+pub mod utility;

@@ -227,11 +227,43 @@ def test_snowflake_convert_refuses_a_distributed_table_up_front_and_the_hints_wa
     assert code == "0A000", (code, message)
     assert message == f"public.{table} is a Citus distributed table: snowflake_convert does not change Citus tables"
     assert (c.sql(shape), c.sql(f"SELECT * FROM {table} ORDER BY 1, 2")) == before
-    # The HINT, pasted as it is: the table comes back distributed, converted, rows kept.
-    c.sql(hint[hint.index("SELECT undistribute_table"):hint.index(" (and the same")])
+    # The HINT, pasted into psql: the table comes back distributed, converted, rows kept.
+    for statement in hint[hint.index("SELECT undistribute_table"):hint.index(" (and the same")].rstrip(";").split("; "):
+        c.sql(statement)
     assert c.one(f"SELECT column_to_column_name(logicalrelid, partkey) FROM pg_dist_partition "
                  f"WHERE logicalrelid = '{table}'::regclass") == distributed_by
     assert c.sql(shape)[0] == ("bigint", "snowflake_nextval()")
     assert c.sql(f"SELECT * FROM {table} ORDER BY 1, 2") == before[1]
     c.sql(f"INSERT INTO {table} (v{', tenant' if distributed_by == 'tenant' else ''}) "
           f"VALUES ('new'{', 1' if distributed_by == 'tenant' else ''})")
+
+
+def test_a_generator_default_added_to_a_filled_reference_table_is_refused_and_the_hints_way_keeps_copies_identical(
+        cluster):
+    c, w1, w2, _ = cluster
+    c.sql("CREATE TABLE countries (code text PRIMARY KEY, name text); SELECT create_reference_table('countries')")
+    c.sql("INSERT INTO countries SELECT 'c' || g, 'n' || g FROM generate_series(1, 1000) g")
+    code, message, hint = c.error("ALTER TABLE countries ADD COLUMN sid bigint DEFAULT snowflake_nextval()")
+    assert code == "0A000", (code, message)
+    assert message == ("cannot add a column whose DEFAULT calls snowflake_nextval() to the Citus reference table"
+                       " public.countries: it is not empty")
+    has_sid = "SELECT count(*) FROM pg_attribute WHERE attrelid = 'countries'::regclass AND attname = 'sid'"
+    assert [s.one(has_sid) for s in (c, w1, w2)] == [0, 0, 0]
+    # The HINT's way, pasted into psql (which sends each statement on its
+    # own, as Citus needs for DDL): every copy holds the same IDs.
+    for statement in hint[hint.index("ALTER TABLE"):].rstrip(";").split("; "):
+        c.sql(statement)
+    digests = [r[0] for r in c.sql(
+        "SELECT result FROM run_command_on_placements('countries',"
+        " $$SELECT md5(string_agg(code || ':' || sid, ',' ORDER BY code)) FROM %s$$)")]
+    assert len(digests) >= 3 and len(set(digests)) == 1, digests  # a copy on every node
+    assert c.one("SELECT count(*) FROM countries WHERE sid IS NULL") == 0
+    # New rows take the default; a table without rows takes the column at once.
+    c.sql("INSERT INTO countries (code) VALUES ('new')")
+    c.sql("CREATE TABLE empty_ref (k int PRIMARY KEY); SELECT create_reference_table('empty_ref');"
+          "ALTER TABLE empty_ref ADD COLUMN sid bigint DEFAULT snowflake_nextval()")
+    # Distributed tables are filled shard by shard, once: no refusal there.
+    c.sql("CREATE TABLE dist_fill (k int PRIMARY KEY); SELECT create_distributed_table('dist_fill', 'k');"
+          "INSERT INTO dist_fill SELECT generate_series(1, 100);"
+          "ALTER TABLE dist_fill ADD COLUMN sid bigint DEFAULT snowflake_nextval()")
+    assert c.one("SELECT count(DISTINCT sid) FROM dist_fill") == 100

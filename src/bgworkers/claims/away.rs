@@ -26,18 +26,6 @@ const LEAVE_WAIT_MS: i64 = 5_000;
 /// How often a role other than a superuser may send the worker away.
 const AWAY_AT_MOST_EVERY_MS: i64 = 10_000;
 
-static mut PREV_PROCESS_UTILITY: pg_sys::ProcessUtility_hook_type = None;
-
-/// Installs the hook (from `_PG_init`, while libraries are preloaded, and
-/// only when a claims database is set).
-pub(super) fn install() {
-    // SAFETY: hooks are installed once, at preload, before any query runs.
-    unsafe {
-        PREV_PROCESS_UTILITY = pg_sys::ProcessUtility_hook;
-        pg_sys::ProcessUtility_hook = Some(process_utility);
-    }
-}
-
 /// The database a statement needs free of other sessions, if any.
 ///
 /// # Safety
@@ -132,7 +120,7 @@ fn call_back() {
 
 /// Runs a utility statement (`run`), with the claims worker sent away
 /// first when the statement needs its database free.
-fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
+pub(crate) fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
     // SAFETY: the statement Postgres is about to run, unchanged.
     let target = unsafe { needs_free(stmt) };
     let claims_db = settings::claims_database();
@@ -144,57 +132,4 @@ fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) 
         return run();
     }
     PgTryBuilder::new(run).finally(call_back).execute()
-}
-
-// The hook's arguments changed in 14 (readOnlyTree): one definition each.
-#[cfg(not(feature = "pg13"))]
-#[pg_guard]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C-unwind" fn process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query: *const std::ffi::c_char,
-    read_only_tree: bool,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // SAFETY: the next hook in line, or Postgres's own, with the
-    // arguments it was called with.
-    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
-        match PREV_PROCESS_UTILITY {
-            Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
-            None => pg_sys::standard_ProcessUtility(
-                pstmt,
-                query,
-                read_only_tree,
-                context,
-                params,
-                env,
-                dest,
-                qc,
-            ),
-        }
-    })
-}
-
-#[cfg(feature = "pg13")]
-#[pg_guard]
-unsafe extern "C-unwind" fn process_utility(
-    pstmt: *mut pg_sys::PlannedStmt,
-    query: *const std::ffi::c_char,
-    context: pg_sys::ProcessUtilityContext::Type,
-    params: pg_sys::ParamListInfo,
-    env: *mut pg_sys::QueryEnvironment,
-    dest: *mut pg_sys::DestReceiver,
-    qc: *mut pg_sys::QueryCompletion,
-) {
-    // SAFETY: as above.
-    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
-        match PREV_PROCESS_UTILITY {
-            Some(prev) => prev(pstmt, query, context, params, env, dest, qc),
-            None => pg_sys::standard_ProcessUtility(pstmt, query, context, params, env, dest, qc),
-        }
-    })
 }

@@ -80,7 +80,6 @@ pub(super) fn register() {
     if settings::claims_database().is_none() || unsafe { pg_sys::IsBinaryUpgrade } {
         return;
     }
-    away::install();
     BackgroundWorkerBuilder::new("snowflake_id claims")
         .set_type("snowflake_id claims")
         .set_library("snowflake_id")
