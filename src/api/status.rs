@@ -166,6 +166,13 @@ extension_sql_file!(
     requires = ["snowflake_claims"]
 );
 
+// The status of every node of a Citus cluster, from each node's own.
+extension_sql_file!(
+    "sql/cluster.sql",
+    name = "snowflake_cluster_status",
+    requires = ["snowflake_status"]
+);
+
 /// Where the worker id came from; for a Citus node, with the group id once
 /// it was read.
 fn origin(shm: &Shmem, cfg: &Config) -> String {

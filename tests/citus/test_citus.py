@@ -267,3 +267,63 @@ def test_a_generator_default_added_to_a_filled_reference_table_is_refused_and_th
           "INSERT INTO dist_fill SELECT generate_series(1, 100);"
           "ALTER TABLE dist_fill ADD COLUMN sid bigint DEFAULT snowflake_nextval()")
     assert c.one("SELECT count(DISTINCT sid) FROM dist_fill") == 100
+
+
+def cluster_status(c):
+    """snowflake_cluster_status() by group id: (worker_id, source, preloaded, problem)."""
+    return {r[0]: r[1:] for r in c.sql(
+        "SELECT groupid, worker_id, worker_id_source, preloaded, problem FROM snowflake_cluster_status()")}
+
+
+def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
+    c, w1, w2, _ = cluster
+    rows = cluster_status(c)
+    for group in (0, 1, 2):
+        worker_id, source, preloaded, problem = rows[group]
+        assert (worker_id, preloaded, problem) == (group, True, None), (group, rows[group])
+        assert source.startswith(f"Citus group id {group} "), source
+    # Any node with metadata answers the same.
+    assert cluster_status(w1) == rows
+    # A worker stopped: reported, and the others go on issuing IDs.
+    w2.stop()
+    try:
+        rows = cluster_status(c)
+        assert rows[2][3].startswith("not reachable: "), rows[2]
+        assert rows[1][3] is None and rows[0][3] is None
+        c.sql("SELECT snowflake_nextval()")
+        w1.sql("SELECT snowflake_nextval()")
+    finally:
+        w2.start()
+    # A worker without the library preloaded: said, with what it breaks.
+    w2.set_conf(shared_preload_libraries="'citus'")
+    w2.restart()
+    try:
+        rows = cluster_status(c)
+        assert rows[2][2] is False and "not preloaded there" in rows[2][3], rows[2]
+    finally:
+        w2.set_conf(shared_preload_libraries="'citus,snowflake_id'")
+    # A worker id given twice by hand: both nodes' rows say so, naming the other.
+    w2.set_conf(snowflake_id__worker_id_source=None, snowflake_id__worker_id=1)
+    w2.restart()
+    try:
+        rows = cluster_status(c)
+        assert rows[2][0] == 1
+        assert "worker id 1 is also node" in rows[1][3] and "worker id 1 is also node" in rows[2][3], rows
+        assert f":{w2.port}): the two make the same IDs" in rows[1][3], rows[1]
+        assert rows[0][3] is None
+    finally:
+        w2.set_conf(snowflake_id__worker_id=None, snowflake_id__worker_id_source="'citus'")
+        w2.restart()
+    assert cluster_status(c)[2][:1] == (2,)
+
+
+def test_the_cluster_view_needs_citus_and_the_monitoring_role():
+    with servers() as made:
+        s = Server("citus-none")
+        made.append(s)
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        code, message, hint = s.error("SELECT * FROM snowflake_cluster_status()")
+        assert code == "55000" and "needs Citus" in message and "CREATE EXTENSION citus" in hint
+        s.sql("CREATE ROLE app LOGIN")
+        assert s.error("SELECT * FROM snowflake_cluster_status()", user="app")[0] == "42501"
