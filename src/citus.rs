@@ -56,10 +56,16 @@ fn this_node() -> Option<CitusNode> {
     }))
 }
 
+/// This server's worker id as the Citus metadata of the caller's database
+/// gives it, with its origin in words, or why it cannot yet.
+pub fn read_worker_id(offset: i32, layout: &Layout) -> Result<(u32, String), Failure> {
+    from_citus_group(this_node(), offset, layout)
+}
+
 /// Settles this server's worker id from the Citus metadata of the caller's
 /// database, or says why it cannot yet.
 pub fn settle(shm: &Shmem, offset: i32, layout: &Layout) -> Result<u32, Failure> {
-    let (worker, origin) = from_citus_group(this_node(), offset, layout)?;
+    let (worker, origin) = read_worker_id(offset, layout)?;
     match shm.worker.settle(worker) {
         Ok(()) => {
             log!("snowflake_id: worker id {worker}, from {origin}");

@@ -100,13 +100,43 @@ fn preflight(shm: &Shmem) -> Result<(&'static Config, u32), Failure> {
         return Err(mark::read_only());
     }
     let cfg = settings::config()?;
-    let worker = match (shm.worker.get(), cfg.worker) {
-        (Some(w), _) => w,
-        (None, Worker::CitusGroup { offset }) => citus::settle(shm, offset, &cfg.layout)?,
-        // Set where shared memory was made; only a start without settings leaves it.
-        (None, Worker::Fixed(w)) => w,
+    let worker = match shm.worker.get() {
+        Some(w) => w,
+        None => unsettled(shm, cfg)?,
     };
     Ok((cfg, worker))
+}
+
+/// How long the first call after a start waits for the claims worker's
+/// first judging of the other nodes' claims on a Citus cluster, at most.
+const FIRST_CLAIMS_WAIT_MS: i64 = 3_000;
+
+/// The worker id of a call that found none settled: after the claims
+/// worker's first judging, where that is awaited (bounded: a worker that
+/// cannot finish it in time is the status's `problem`, and IDs go on), then
+/// from the settings or the Citus metadata.
+#[cold]
+fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
+    if settings::first_id_waits_for_claims() && !shm.worker.waited() {
+        let deadline = clock::now_ms() + FIRST_CLAIMS_WAIT_MS;
+        while clock::now_ms() < deadline {
+            if let Some(w) = shm.worker.get() {
+                return Ok(w);
+            }
+            clock::sleep_on_latch(10);
+            pgrx::check_for_interrupts!();
+        }
+        shm.worker.set_waited();
+        // A refusal the worker published meanwhile stands all the same.
+        mark::may_issue(shm)?;
+    }
+    match cfg.worker {
+        Worker::CitusGroup { offset } => citus::settle(shm, offset, &cfg.layout),
+        Worker::Fixed(w) => {
+            let _ = shm.worker.settle(w);
+            Ok(w)
+        }
+    }
 }
 
 /// The error the next call would raise at `now`, in the order a call meets

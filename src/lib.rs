@@ -52,8 +52,11 @@ pub extern "C-unwind" fn _PG_init() {
 /// of any process), before any backend can use it: the mark from the state
 /// file, and a claim's refusal that must outlast the restart.
 fn on_shmem_created(shm: &'static shmem::Shmem) {
+    // Where the claims worker checks the other nodes first, the id is
+    // settled by it (or by a call that waited long enough).
+    let fixed = settings::config().ok().and_then(|c| c.worker.fixed());
     shm.worker
-        .set_at_start(settings::config().ok().and_then(|c| c.worker.fixed()));
+        .set_at_start(fixed.filter(|_| !settings::first_id_waits_for_claims()));
     mark::start::start(shm);
     bgworkers::claims::start(shm);
 }

@@ -476,6 +476,20 @@ pub fn claims_database() -> Option<String> {
     Some(string_setting(&CLAIMS_DATABASE)).filter(|d| !d.trim().is_empty())
 }
 
+/// Whether the first ID after a start waits for the claims worker to have
+/// judged claims once: on a Citus node (Citus preloaded) with a claims
+/// database, where the worker reads the other nodes' claims itself, so that
+/// a worker id given twice in the cluster is refused before it stores a row.
+/// Not in binary-upgrade mode, where no claims worker runs.
+pub fn first_id_waits_for_claims() -> bool {
+    let citus = crate::pg::guc::text(c"shared_preload_libraries").is_some_and(|libs| {
+        libs.split(',')
+            .any(|l| l.trim().trim_matches('"').eq_ignore_ascii_case("citus"))
+    });
+    // SAFETY: a plain read of a flag the postmaster set from its options.
+    citus && claims_database().is_some() && !unsafe { pg_sys::IsBinaryUpgrade }
+}
+
 /// This server's name in its claim: `cluster_name`, else host and port.
 pub fn server_name() -> String {
     let cluster = crate::pg::guc::text(c"cluster_name");

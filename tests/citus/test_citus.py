@@ -18,6 +18,7 @@ What Citus does was read in its source (13.2.2 and 14.0.1):
 
 import io
 import threading
+import time
 
 import pytest
 from harness import Server, servers
@@ -36,6 +37,8 @@ def node(made, name, **conf):
         "citus.shard_count": 4,
         # Nodes talk over loopback here; Citus's own default asks for SSL.
         "citus.node_conninfo": "'sslmode=disable'",
+        # The Citus database: the claims worker reads the other nodes' claims there.
+        "snowflake_id.claims_database": "'postgres'",
         **SOURCE,
         **conf,
     })
@@ -267,6 +270,59 @@ def test_a_generator_default_added_to_a_filled_reference_table_is_refused_and_th
           "INSERT INTO dist_fill SELECT generate_series(1, 100);"
           "ALTER TABLE dist_fill ADD COLUMN sid bigint DEFAULT snowflake_nextval()")
     assert c.one("SELECT count(DISTINCT sid) FROM dist_fill") == 100
+
+
+def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(cluster):
+    c, w1, w2, _ = cluster
+    c.sql("CREATE TABLE dup (tenant int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (tenant, id));"
+          "SELECT create_distributed_table('dup', 'tenant')")
+    stop = threading.Event()
+    refused = []
+
+    def insert(node, tag):
+        conn = None
+        while not stop.is_set():
+            try:
+                conn = conn or node.connect()
+                conn.cursor().execute("INSERT INTO dup (tenant, src) VALUES (%s, %s)", (len(refused) % 5, tag))
+            except Exception as e:  # noqa: BLE001 - what w2 meets is the point
+                refused.append((tag, getattr(e, "pgcode", None), str(e)))
+                conn = None
+                time.sleep(0.05)
+
+    first = threading.Thread(target=insert, args=(w1, "w1"))
+    first.start()
+    try:
+        # w2 restarted with w1's worker id, set by hand, inserting at once.
+        w2.set_conf(snowflake_id__worker_id_source=None, snowflake_id__worker_id=1)
+        w2.restart()
+        second = threading.Thread(target=insert, args=(w2, "w2"))
+        second.start()
+        time.sleep(6)
+    finally:
+        stop.set()
+        first.join()
+    second.join()
+    try:
+        assert c.sql("SELECT id FROM dup GROUP BY id HAVING count(*) > 1") == []
+        assert c.one("SELECT count(*) FROM dup WHERE src = 'w2'") == 0
+        assert c.one("SELECT count(*) FROM dup WHERE src = 'w1'") > 0
+        from_w2 = [r for r in refused if r[0] == "w2"]
+        assert from_w2 and all(code == "55000" for _, code, _ in from_w2), from_w2[:3]
+        assert all(f":{w1.port}" in message for _, _, message in from_w2), from_w2[0]
+        # w1 issued throughout; what it met were w2's shards away while w2 restarted.
+        assert all(code != "55000" and "remote node" in message for tag, code, message in refused
+                   if tag == "w1"), [r for r in refused if r[0] == "w1"][:3]
+        # The earlier node's status says so too.
+        assert f":{w2.port}" in status(w1)[2], status(w1)
+    finally:
+        w2.set_conf(snowflake_id__worker_id=None, snowflake_id__worker_id_source="'citus'")
+        w2.restart()
+    assert workers_of(w2, [w2.one("SELECT snowflake_nextval()")]) == {2}
+    # Once w2's claim on worker id 1 went stale (it was released at its
+    # restart, and is counted 10 s more), no node sees a problem.
+    for s in (c, w1, w2):
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=40)
 
 
 def cluster_status(c):

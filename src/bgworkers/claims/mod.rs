@@ -144,18 +144,38 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
 }
 
 /// This server's claimant identity and name.
-/// This server's worker id; on a Citus node not yet settled, read here
-/// when this is the Citus database (so that the id is known, and claimed,
-/// before the first call). A failure is the status's `problem` already.
+/// The worker id this server claims: the one it issues with, or, before
+/// that is settled, the one it will (on a Citus node, read here when this
+/// is the Citus database). A failure is the status's `problem` already.
 fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
     match (shm.worker.get(), cfg.worker) {
         (Some(w), _) => Some(w),
         (None, config::Worker::CitusGroup { offset }) => {
-            in_transaction(|| citus::settle(shm, offset, &cfg.layout))
+            in_transaction(|| citus::read_worker_id(offset, &cfg.layout))
                 .ok()
                 .and_then(Result::ok)
+                .map(|(w, _)| w)
         }
-        (None, config::Worker::Fixed(_)) => None,
+        (None, config::Worker::Fixed(w)) => Some(w),
+    }
+}
+
+/// Lets IDs be issued under `worker`, once claims were judged with it.
+fn settle(shm: &Shmem, worker: u32) {
+    if shm.worker.get().is_some() {
+        return;
+    }
+    let Ok(cfg) = settings::config() else {
+        return;
+    };
+    match cfg.worker {
+        config::Worker::CitusGroup { offset } => {
+            // Logs where it came from; a failure is the next call's error.
+            let _ = in_transaction(|| citus::settle(shm, offset, &cfg.layout));
+        }
+        config::Worker::Fixed(_) => {
+            let _ = shm.worker.settle(worker);
+        }
     }
 }
 
@@ -288,7 +308,18 @@ impl Keeper {
         let read = match in_transaction(move || {
             table::write_and_read(&mine, claiming, previous, claimed_at, &name)
         }) {
-            Ok(Ok(read)) => read,
+            Ok(Ok(mut read)) => {
+                // On Citus, the other nodes' own claims too: a worker id
+                // given twice in one cluster meets here, no publication needed.
+                match in_transaction(table::read_cluster) {
+                    Ok(Ok((claims, skipped))) => {
+                        read.claims.extend(claims);
+                        read.skipped.extend(skipped);
+                    }
+                    Ok(Err(f)) | Err(f) => return self.trouble(shm, Some(f)),
+                }
+                read
+            }
             Ok(Err(f)) | Err(f) if f.class == Class::LockNotAvailable => {
                 let held = in_transaction(table::lock_holders).ok().flatten();
                 let f = match held {
@@ -328,6 +359,11 @@ impl Keeper {
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
         self.publish(shm, &findings, now);
+        // Judged once: where the first ID waited for this (on Citus), the
+        // worker id is now this server's to issue with, or refused above.
+        if let Some(w) = worker_id {
+            settle(shm, w);
+        }
     }
 
     /// At the server's shutdown, marks this server's claim as ended: its

@@ -241,3 +241,74 @@ pub(super) fn end_claims(system_identifier: u64, timeline: u32, instance: u64) -
     )
     .ok()
 }
+
+/// On a Citus cluster (this database holds Citus's metadata), the claims
+/// every other primary node holds for itself, asked through Citus's own
+/// connections (its conninfo and authentication) within 2 s to connect: so
+/// a worker id given twice within one cluster meets without publications
+/// set up by hand. Nodes that do not answer add nothing (their claims go
+/// stale here, as any claim that stops arriving). Rows that cannot be
+/// judged are skipped and described, as for the local table.
+pub(super) fn read_cluster() -> Result<(Vec<Claim>, Vec<String>), Failure> {
+    Spi::connect_mut(|client| {
+        let has_citus = client
+            .select(
+                "SELECT pg_catalog.to_regprocedure('pg_catalog.run_command_on_all_nodes(text,boolean,boolean)') IS NOT NULL",
+                None,
+                &[],
+            )?
+            .first()
+            .get_one::<bool>()?;
+        if has_citus != Some(true) {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        client.update(
+            "SELECT pg_catalog.set_config('citus.node_connection_timeout', '2000', true)",
+            None,
+            &[],
+        )?;
+        // Each node answers with its own claims, as JSON text; every name
+        // there is qualified, whatever that session's search path.
+        let rows = client.select(
+            "WITH answers AS ( \
+               SELECT a.result FROM pg_catalog.run_command_on_all_nodes( \
+                 'SELECT pg_catalog.json_agg(c)::pg_catalog.text FROM snowflake_id.snowflake_claims c \
+                   WHERE c.system_identifier OPERATOR(pg_catalog.=) \
+                         (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)', true, false) a \
+               WHERE a.success AND a.result OPERATOR(pg_catalog.<>) '') \
+             SELECT (c.value OPERATOR(pg_catalog.->>) 'worker_id')::pg_catalog.int4, \
+                    (c.value OPERATOR(pg_catalog.->>) 'system_identifier')::pg_catalog.int8, \
+                    (c.value OPERATOR(pg_catalog.->>) 'timeline')::pg_catalog.int8, \
+                    (c.value OPERATOR(pg_catalog.->>) 'instance')::pg_catalog.int8, \
+                    pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'claimed_at')::pg_catalog.timestamptz), \
+                    pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'last_seen')::pg_catalog.timestamptz), \
+                    pg_catalog.convert_to(c.value OPERATOR(pg_catalog.->>) 'name', 'UTF8') \
+             FROM answers, pg_catalog.json_array_elements(answers.result::pg_catalog.json) c",
+            None,
+            &[],
+        )?;
+        let (mut claims, mut skipped) = (Vec::new(), Vec::new());
+        for r in rows {
+            let row = Row {
+                worker_id: r.get::<i32>(1)?,
+                system_identifier: r.get::<i64>(2)?,
+                timeline: r.get::<i64>(3)?,
+                instance: r.get::<i64>(4)?,
+                name: r.get::<Vec<u8>>(7)?.map(|b| String::from_utf8_lossy(&b).into_owned()),
+                claimed_at_s: r.get::<f64>(5)?,
+                last_seen_s: r.get::<f64>(6)?,
+            };
+            match row.claim() {
+                Ok(c) => claims.push(c),
+                Err(why) => skipped.push(row.describe_skipped(&why)),
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>((claims, skipped))
+    })
+    .map_err(|e| {
+        Failure::new(
+            Class::Warning,
+            format!("could not read the claims of the Citus cluster's other nodes: {e}"),
+        )
+    })
+}
