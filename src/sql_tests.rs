@@ -279,6 +279,8 @@ mod tests {
                 // A trigger function: called by its trigger alone, never in
                 // a query, where these attributes would matter.
                 "snowflake_claims_guard() v0u",
+                // Asks every node of a Citus cluster: opens connections.
+                "snowflake_cluster_status() v0u",
                 "snowflake_convert(regclass,name,boolean,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
