@@ -16,6 +16,7 @@ What Citus does was read in its source (13.2.2 and 14.0.1):
   (`planner/multi_logical_optimizer.c`, `CanPushDownExpression`).
 """
 
+import contextlib
 import io
 import threading
 import time
@@ -100,7 +101,8 @@ def test_every_insert_path_gives_unique_ids_carrying_the_evaluating_nodes_group(
     def clients(target, body, n=2):
         def run():
             try:
-                with target.connect() as conn, conn.cursor() as cur:
+                # Not `with conn`: psycopg2 makes that one transaction.
+                with contextlib.closing(target.connect()) as conn, conn.cursor() as cur:
                     body(cur)
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(f"{target.name}: {e}")
@@ -165,6 +167,55 @@ def test_a_node_not_added_yet_waits_and_then_issues_with_its_own_group(cluster):
     ids = [w3.one("SELECT snowflake_nextval()") for _ in range(3)]
     assert workers_of(w3, ids) == {group}
     assert status(w3)[0] == group
+
+
+def test_shards_moved_and_rebalanced_under_concurrent_inserts_lose_and_repeat_nothing(cluster):
+    """A shard move copies rows with their ids (logical replication, then a
+    switch of the placement); it evaluates no DEFAULT. Inserts go on through
+    the coordinator and straight to a worker throughout; a node added later
+    (w3, from the test above) takes shards in the rebalance."""
+    c, w1, w2, made = cluster
+    c.sql("CREATE TABLE moving (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v int);"
+          "SELECT create_distributed_table('moving', 'id')")
+    stop = threading.Event()
+    inserted, errors = [], []
+
+    def insert(node):
+        with contextlib.closing(node.connect()) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                try:
+                    cur.execute("INSERT INTO moving (v) VALUES (1) RETURNING id")
+                    inserted.append(cur.fetchone()[0])
+                except Exception as e:  # noqa: BLE001 - counted, and must be none
+                    errors.append(str(e))
+
+    threads = [threading.Thread(target=insert, args=(n,)) for n in (c, c, w1)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1)
+        shard = c.one("SELECT shardid FROM citus_shards WHERE table_name = 'moving'::regclass AND nodeport = %s"
+                      " ORDER BY shardid LIMIT 1", (w1.port,))
+        c.sql("SELECT citus_move_shard_placement(%s, 'localhost', %s, 'localhost', %s, 'force_logical')",
+              (shard, w1.port, w2.port))
+        assert c.one("SELECT nodeport FROM citus_shards WHERE shardid = %s", (shard,)) == w2.port
+        time.sleep(1)
+        c.sql("SELECT rebalance_table_shards('moving', shard_transfer_mode => 'force_logical')")
+        time.sleep(1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == [], errors[:3]
+    stored = [r[0] for r in c.sql("SELECT id FROM moving")]
+    assert len(stored) == len(set(stored)) == len(inserted) > 0
+    assert sorted(stored) == sorted(inserted)
+    nodes = {r[0] for r in c.sql("SELECT DISTINCT nodeport FROM citus_shards WHERE table_name = 'moving'::regclass")}
+    w3 = next(s for s in made if s.name == "citus-w3")
+    assert w3.port in nodes, nodes
+    # The node added later issues its own ids into the shards it now holds.
+    mine = w3.one("INSERT INTO moving (v) VALUES (3) RETURNING id")
+    assert workers_of(c, [mine]) == {w3.one("SELECT groupid FROM pg_dist_local_group")}
 
 
 def test_a_database_without_citus_cannot_settle_the_worker_id():
