@@ -9,6 +9,11 @@
 # counting issued IDs costs (core/examples/counter_cost.rs). Takes about 25
 # minutes on 2 cores. Arguments go to bench/bench.py (e.g. --only per_call
 # --reps 3); see bench/bench.py --help.
+#
+#   bench/run.sh citus [args]   the Citus case instead (bench/citus.py, about
+#                               10 minutes): Citus 14 built from
+#                               ../shared/vendor into the same PostgreSQL 18,
+#                               results in bench/results/citus.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +30,13 @@ export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_BENCH_DIR:-/tmp/snowflake_id-bench}"
 export SNOWFLAKE_TEST_PORT="${SNOWFLAKE_BENCH_PORT:-55300}"
 mkdir -p "$SNOWFLAKE_TEST_DIR"
 chown postgres "$SNOWFLAKE_TEST_DIR"
+
+if [[ ${1-} == citus ]]; then
+    shift
+    scripts/citus-builds.sh "$PG_BIN/pg_config"
+    printf '\n==> Benchmark: Citus\n'
+    exec /usr/bin/python3 bench/citus.py "$@"
+fi
 
 printf '\n==> Benchmark\n'
 /usr/bin/python3 bench/bench.py "$@"

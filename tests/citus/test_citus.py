@@ -22,36 +22,8 @@ import threading
 import time
 
 import pytest
+from citus_cluster import add, node, start_cluster
 from harness import Server, servers
-
-SOURCE = {"snowflake_id.worker_id": None, "snowflake_id.worker_id_source": "'citus'"}
-
-
-def node(made, name, **conf):
-    s = Server(name, conf={
-        "shared_preload_libraries": "'citus,snowflake_id'",
-        "listen_addresses": "'localhost'",
-        "wal_level": "logical",
-        # Each client's COPY opens a connection per shard it writes: few
-        # shards, room for all of them.
-        "max_connections": 150,
-        "citus.shard_count": 4,
-        # Nodes talk over loopback here; Citus's own default asks for SSL.
-        "citus.node_conninfo": "'sslmode=disable'",
-        # The Citus database: the claims worker reads the other nodes' claims there.
-        "snowflake_id.claims_database": "'postgres'",
-        **SOURCE,
-        **conf,
-    })
-    made.append(s)
-    s.start()
-    s.sql("CREATE EXTENSION citus")
-    return s
-
-
-def add(coordinator, worker):
-    coordinator.sql("SELECT citus_add_node('localhost', %s)", (worker.port,))
-
 
 def status(s):
     return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
@@ -66,14 +38,7 @@ def workers_of(s, ids):
 @pytest.fixture(scope="module")
 def cluster():
     with servers() as made:
-        c = node(made, "citus-coord")
-        w1 = node(made, "citus-w1")
-        w2 = node(made, "citus-w2")
-        c.sql("SELECT citus_set_coordinator_host('localhost', %s)", (c.port,))
-        add(c, w1)
-        add(c, w2)
-        # Citus carries CREATE EXTENSION to the workers.
-        c.sql("CREATE EXTENSION snowflake_id")
+        c, (w1, w2) = start_cluster(made, "citus")
         yield c, w1, w2, made
 
 
@@ -383,7 +348,7 @@ def cluster_status(c):
 
 
 def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
-    c, w1, w2, _ = cluster
+    c, w1, w2, made = cluster
     rows = cluster_status(c)
     for group in (0, 1, 2):
         worker_id, source, preloaded, problem = rows[group]
@@ -422,6 +387,25 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
         w2.set_conf(snowflake_id__worker_id=None, snowflake_id__worker_id_source="'citus'")
         w2.restart()
     assert cluster_status(c)[2][:1] == (2,)
+    # Another epoch on one node: decoding pushed down there gives other times.
+    w2.set_conf(snowflake_id__epoch="'2024-01-01 00:00:00+00'")
+    w2.restart()
+    try:
+        assert "give other times" in cluster_status(c)[2][3], cluster_status(c)[2]
+    finally:
+        w2.set_conf(snowflake_id__epoch=None)
+        w2.restart()
+    # A node whose clock is a minute ahead (libfaketime), past max_lead (10 s).
+    ahead = node(made, "citus-ahead", faketime=True)
+    ahead.set_clock(60)
+    add(c, ahead)
+    group = ahead.one("SELECT groupid FROM pg_dist_local_group")
+    deadline = time.time() + 30
+    while ahead.one("SELECT extract(epoch FROM clock_timestamp())::float8") - time.time() < 50:
+        assert time.time() < deadline, "the faked clock did not move"
+        time.sleep(0.5)
+    problem = cluster_status(c)[group][3]
+    assert "its clock is" in problem and "more than snowflake_id.max_lead" in problem, problem
 
 
 def test_the_cluster_view_needs_citus_and_the_monitoring_role():

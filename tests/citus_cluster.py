@@ -1,0 +1,48 @@
+"""A Citus cluster on this machine for the tests and the benchmark: nodes
+that preload Citus and snowflake_id with one configuration, the same on
+every node (`snowflake_id.worker_id_source = 'citus'`, the Citus database as
+the claims database), talking over loopback."""
+
+from harness import Server
+
+SOURCE = {"snowflake_id.worker_id": None, "snowflake_id.worker_id_source": "'citus'"}
+
+
+def node(made, name, faketime=False, **conf):
+    """A started node with Citus created in database postgres (with
+    faketime, under libfaketime: see Server.set_clock)."""
+    s = Server(name, faketime=faketime, conf={
+        "shared_preload_libraries": "'citus,snowflake_id'",
+        "listen_addresses": "'localhost'",
+        "wal_level": "logical",
+        # Each client's COPY opens a connection per shard it writes: few
+        # shards, room for all of them.
+        "max_connections": 150,
+        "citus.shard_count": 4,
+        # Nodes talk over loopback here; Citus's own default asks for SSL.
+        "citus.node_conninfo": "'sslmode=disable'",
+        # The Citus database: the claims worker reads the other nodes' claims there.
+        "snowflake_id.claims_database": "'postgres'",
+        **SOURCE,
+        **conf,
+    })
+    made.append(s)
+    s.start()
+    s.sql("CREATE EXTENSION citus")
+    return s
+
+
+def add(coordinator, worker):
+    coordinator.sql("SELECT citus_add_node('localhost', %s)", (worker.port,))
+
+
+def start_cluster(made, prefix, workers=2, **conf):
+    """A coordinator (named itself) and `workers` workers added, with
+    snowflake_id created on the coordinator (Citus carries it to them)."""
+    c = node(made, f"{prefix}-coord", **conf)
+    ws = [node(made, f"{prefix}-w{i + 1}", **conf) for i in range(workers)]
+    c.sql("SELECT citus_set_coordinator_host('localhost', %s)", (c.port,))
+    for w in ws:
+        add(c, w)
+    c.sql("CREATE EXTENSION snowflake_id")
+    return c, ws
