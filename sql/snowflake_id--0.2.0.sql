@@ -282,33 +282,40 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:36
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_status
---   convert::snowflake_convert
-
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/api/status.rs:170
 -- requires:
 --   snowflake_status
+
+-- What the other nodes of a Citus cluster ask of this one, through Citus's
+-- connections: this node's own claims (for their claims workers) and its
+-- status (for snowflake_cluster_status). In pg_catalog, where only a
+-- superuser can create anything: a role that drops the extension on one
+-- node cannot put objects of its own where the other nodes' questions
+-- would run them, and while the extension stands, the names below are its
+-- own objects. Each bounds its wait for the claims table's lock.
+CREATE FUNCTION pg_catalog.snowflake_id_claims_here() RETURNS text
+STABLE PARALLEL SAFE
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 1000
+AS $function$
+    SELECT pg_catalog.json_agg(c)::text FROM snowflake_id.snowflake_claims c
+    WHERE c.system_identifier = (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)
+$function$;
+REVOKE ALL ON FUNCTION pg_catalog.snowflake_id_claims_here() FROM PUBLIC;
+
+CREATE FUNCTION pg_catalog.snowflake_id_status_here() RETURNS text
+VOLATILE PARALLEL SAFE
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $function$
+    SELECT pg_catalog.json_build_object(
+        'worker_id', s.worker_id, 'source', s.worker_id_source, 'layout', s.layout,
+        'epoch', s.epoch, 'problem', s.problem, 'now', pg_catalog.clock_timestamp())::text
+    FROM snowflake_id.snowflake_status s
+$function$;
+REVOKE ALL ON FUNCTION pg_catalog.snowflake_id_status_here() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pg_catalog.snowflake_id_status_here() TO pg_read_all_stats;
 
 -- One row per primary node of the Citus cluster this database belongs to:
 -- what each node's snowflake_id status says, asked through Citus's own
@@ -357,10 +364,9 @@ BEGIN
     FOR r IN
         SELECT n.nodeid, n.nodename::text AS nodename, n.nodeport, n.groupid, a.success, a.result
         FROM pg_catalog.run_command_on_all_nodes(
-            $command$SELECT pg_catalog.json_build_object(
-                'worker_id', s.worker_id, 'source', s.worker_id_source, 'layout', s.layout,
-                'epoch', s.epoch, 'problem', s.problem, 'now', pg_catalog.clock_timestamp())
-              FROM snowflake_id.snowflake_status s$command$, true, false) a
+            -- The question is a function of pg_catalog (above): nothing a role
+            -- other than a superuser made can stand in for it on any node.
+            'SELECT pg_catalog.snowflake_id_status_here()', true, false) a
         JOIN pg_catalog.pg_dist_node n ON n.nodeid = a.nodeid
         WHERE n.noderole = 'primary'
     LOOP
@@ -401,6 +407,9 @@ BEGIN
                 problems := problems || pg_catalog.format(
                     'its clock is %s from this node''s, more than snowflake_id.max_lead (%s s)', clock_offset, lead_s);
             END IF;
+        ELSIF r.a->>'result' LIKE '%snowflake_id_status_here() does not exist%' THEN
+            problems := problems ||
+                'snowflake_id is not installed there (CREATE EXTENSION snowflake_id on the coordinator carries it to every node)'::text;
         ELSIF r.a->>'result' LIKE '%not loaded through shared_preload_libraries%' THEN
             preloaded := false;
             problems := problems ||
@@ -427,5 +436,29 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:36
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

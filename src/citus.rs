@@ -178,7 +178,9 @@ fn filled_reference_table(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
     spi::ok(Spi::connect(|c| {
         let is_reference = c
             .select(
-                "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL",
+                "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
+                        AND EXISTS (SELECT FROM pg_catalog.pg_extension \
+                                    WHERE extname OPERATOR(pg_catalog.=) 'snowflake_id')",
                 None,
                 &[],
             )?

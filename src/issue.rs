@@ -107,18 +107,20 @@ fn preflight(shm: &Shmem) -> Result<(&'static Config, u32), Failure> {
     Ok((cfg, worker))
 }
 
-/// How long the first call after a start waits for the claims worker's
-/// first judging of the other nodes' claims on a Citus cluster, at most.
-const FIRST_CLAIMS_WAIT_MS: i64 = 3_000;
+/// How long after a start calls wait, at most, for the claims worker's first
+/// judging of the other nodes' claims on a Citus cluster (it starts with
+/// the server and judges at once).
+const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
 
 /// The worker id of a call that found none settled: after the claims
-/// worker's first judging, where that is awaited (bounded: a worker that
-/// cannot finish it in time is the status's `problem`, and IDs go on), then
-/// from the settings or the Citus metadata.
+/// worker's first judging, where that is awaited (until 5 s after the start
+/// at most, so that no call waits on it later or twice: a worker that cannot
+/// finish in time is the status's `problem`, and IDs go on), then from the
+/// settings or the Citus metadata.
 #[cold]
 fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
-    if settings::first_id_waits_for_claims() && !shm.worker.waited() {
-        let deadline = clock::now_ms() + FIRST_CLAIMS_WAIT_MS;
+    if settings::first_id_waits_for_claims() {
+        let deadline = shm.started_at_ms() + FIRST_CLAIMS_WAIT_MS;
         while clock::now_ms() < deadline {
             if let Some(w) = shm.worker.get() {
                 return Ok(w);
@@ -126,7 +128,9 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             clock::sleep_on_latch(10);
             pgrx::check_for_interrupts!();
         }
-        shm.worker.set_waited();
+        if let Some(w) = shm.worker.get() {
+            return Ok(w);
+        }
         // A refusal the worker published meanwhile stands all the same.
         mark::may_issue(shm)?;
     }

@@ -483,8 +483,14 @@ pub fn claims_database() -> Option<String> {
 /// Not in binary-upgrade mode, where no claims worker runs.
 pub fn first_id_waits_for_claims() -> bool {
     let citus = crate::pg::guc::text(c"shared_preload_libraries").is_some_and(|libs| {
-        libs.split(',')
-            .any(|l| l.trim().trim_matches('"').eq_ignore_ascii_case("citus"))
+        libs.split(',').any(|l| {
+            let l = l.trim().trim_matches('"');
+            // 'citus' or a path to it ('$libdir/citus').
+            l.rsplit('/')
+                .next()
+                .unwrap_or(l)
+                .eq_ignore_ascii_case("citus")
+        })
     });
     // SAFETY: a plain read of a flag the postmaster set from its options.
     citus && claims_database().is_some() && !unsafe { pg_sys::IsBinaryUpgrade }

@@ -287,6 +287,10 @@ mod tests {
                 "snowflake_from_text(text,text) i1s",
                 "snowflake_from_timestamp(timestamp with time zone) s1s",
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",
+                // What other nodes of a Citus cluster ask of this one (in
+                // pg_catalog): they read a table and a view.
+                "snowflake_id_claims_here() s0s",
+                "snowflake_id_status_here() v0s",
                 "snowflake_layouts() i1s",
                 "snowflake_nextval() v1s",
                 "snowflake_nextval_array(integer) v1s",

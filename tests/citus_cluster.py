@@ -3,7 +3,14 @@ that preload Citus and snowflake_id with one configuration, the same on
 every node (`snowflake_id.worker_id_source = 'citus'`, the Citus database as
 the claims database), talking over loopback."""
 
+import harness
 from harness import Server
+
+# Nodes listen on TCP (Citus connects by host and port), where a port in
+# Linux's ephemeral range (32768 to 60999) can be taken at any moment by the
+# client end of one of the cluster's own connections: below it.
+if harness._next_port[0] >= 32768:
+    harness._next_port[0] -= 30000
 
 SOURCE = {"snowflake_id.worker_id": None, "snowflake_id.worker_id_source": "'citus'"}
 
@@ -45,4 +52,7 @@ def start_cluster(made, prefix, workers=2, **conf):
     for w in ws:
         add(c, w)
     c.sql("CREATE EXTENSION snowflake_id")
+    # Each claims worker finds the extension at its next refresh.
+    for s in (c, *ws):
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
     return c, ws

@@ -15,4 +15,5 @@ pub mod row;
 pub mod signals;
 pub mod spi;
 pub mod text;
+pub mod timeout;
 pub mod xlog;

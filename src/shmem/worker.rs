@@ -3,22 +3,19 @@
 //! the first call that reads this node's group id, and kept until the next
 //! start (a node's group id does not change while it is in a cluster).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Not known yet. Outside every layout's worker ids, which fit 32 bits.
 const UNKNOWN: u64 = u64::MAX;
 
 pub struct WorkerId {
     value: AtomicU64,
-    /// A call waited for it once and gave up: later calls do not wait.
-    waited: AtomicBool,
 }
 
 impl WorkerId {
     pub const fn new() -> WorkerId {
         WorkerId {
             value: AtomicU64::new(UNKNOWN),
-            waited: AtomicBool::new(false),
         }
     }
 
@@ -51,15 +48,5 @@ impl WorkerId {
             Err(w) if w == u64::from(worker) => Ok(()),
             Err(w) => Err(w as u32),
         }
-    }
-
-    /// Whether a call already waited for the id to be settled by another
-    /// process, in vain.
-    pub fn waited(&self) -> bool {
-        self.waited.load(Ordering::Relaxed)
-    }
-
-    pub fn set_waited(&self) {
-        self.waited.store(true, Ordering::Relaxed);
     }
 }

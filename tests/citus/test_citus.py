@@ -326,9 +326,10 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
         from_w2 = [r for r in refused if r[0] == "w2"]
         assert from_w2 and all(code == "55000" for _, code, _ in from_w2), from_w2[:3]
         assert all(f":{w1.port}" in message for _, _, message in from_w2), from_w2[0]
-        # w1 issued throughout; what it met were w2's shards away while w2 restarted.
-        assert all(code != "55000" and "remote node" in message for tag, code, message in refused
-                   if tag == "w1"), [r for r in refused if r[0] == "w1"][:3]
+        # w1 was never refused; what it met, if anything, were w2's shards
+        # away while w2 restarted (connection errors, which end its session).
+        assert all(code != "55000" for tag, code, _ in refused if tag == "w1"), \
+            [r for r in refused if r[0] == "w1"][:3]
         # The earlier node's status says so too.
         assert f":{w2.port}" in status(w1)[2], status(w1)
     finally:
@@ -339,6 +340,50 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
     # restart, and is counted 10 s more), no node sees a problem.
     for s in (c, w1, w2):
         s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=40)
+
+
+def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the_others(cluster):
+    c, w1, w2, _ = cluster
+    # A role that may write any table holds w2's claims table: the other
+    # nodes' reads of it end on their timers (each node waits 1 s for the
+    # lock there), they say so, and they go on judging and issuing.
+    c.sql("CREATE ROLE locker LOGIN IN ROLE pg_write_all_data")
+    hold = w2.connect(user="locker")
+    hold.autocommit = False
+    hold.cursor().execute("LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
+    try:
+        c.wait_for("SELECT problem LIKE '%claims of other nodes of this Citus cluster could not be read%'"
+                   " FROM snowflake_id.snowflake_status", timeout=30)
+        c.sql("SELECT snowflake_nextval()")
+        w1.sql("SELECT snowflake_nextval()")
+    finally:
+        hold.rollback()
+        hold.close()
+    c.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
+    # On w2, the claims table and the status view replaced by objects of an
+    # ordinary role (the extension dropped there alone): nothing of theirs
+    # runs as the other nodes' claims workers or as a superuser asking for
+    # the cluster's status.
+    local = "SET citus.enable_ddl_propagation = off;"  # this worker alone
+    w2.sql(local + "CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory;"
+           "CREATE TABLE public.trap_log (who text); GRANT INSERT ON public.trap_log TO PUBLIC")
+    w2.sql(local + "DROP EXTENSION snowflake_id CASCADE; CREATE SCHEMA snowflake_id AUTHORIZATION mallory")
+    w2.sql(local + """CREATE FUNCTION public.trap() RETURNS boolean LANGUAGE sql AS
+                $$ INSERT INTO public.trap_log VALUES (current_user) RETURNING true $$;
+              CREATE VIEW snowflake_id.snowflake_claims AS
+                SELECT 1 AS worker_id, 1::bigint AS system_identifier, 1 AS timeline, 1::bigint AS instance,
+                       'fake' AS name, now() AS claimed_at, now() AS last_seen WHERE public.trap();
+              CREATE VIEW snowflake_id.snowflake_status AS SELECT 1 AS worker_id WHERE public.trap();""",
+           user="mallory")
+    try:
+        time.sleep(5)  # two refreshes of every claims worker
+        rows = cluster_status(c)
+        assert "snowflake_id is not installed there" in rows[2][3], rows[2]
+        assert w2.sql("SELECT who FROM public.trap_log") == []
+    finally:
+        w2.sql(local + "DROP SCHEMA snowflake_id CASCADE; DROP FUNCTION public.trap(); DROP TABLE public.trap_log;"
+               "CREATE EXTENSION snowflake_id")
+    w2.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
 
 
 def cluster_status(c):

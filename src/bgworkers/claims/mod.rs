@@ -160,21 +160,14 @@ fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
     }
 }
 
-/// Lets IDs be issued under `worker`, once claims were judged with it.
+/// Lets IDs be issued under `worker`, the id claims were judged with.
 fn settle(shm: &Shmem, worker: u32) {
-    if shm.worker.get().is_some() {
-        return;
-    }
-    let Ok(cfg) = settings::config() else {
-        return;
-    };
-    match cfg.worker {
-        config::Worker::CitusGroup { offset } => {
-            // Logs where it came from; a failure is the next call's error.
-            let _ = in_transaction(|| citus::settle(shm, offset, &cfg.layout));
-        }
-        config::Worker::Fixed(_) => {
-            let _ = shm.worker.settle(worker);
+    if shm.worker.get().is_none() && shm.worker.settle(worker).is_ok() {
+        if let Ok(config::Worker::CitusGroup { offset }) = settings::config().map(|c| c.worker) {
+            log!(
+                "snowflake_id: worker id {worker}, from Citus group id {}",
+                i64::from(worker) - i64::from(offset)
+            );
         }
     }
 }
@@ -308,18 +301,7 @@ impl Keeper {
         let read = match in_transaction(move || {
             table::write_and_read(&mine, claiming, previous, claimed_at, &name)
         }) {
-            Ok(Ok(mut read)) => {
-                // On Citus, the other nodes' own claims too: a worker id
-                // given twice in one cluster meets here, no publication needed.
-                match in_transaction(table::read_cluster) {
-                    Ok(Ok((claims, skipped))) => {
-                        read.claims.extend(claims);
-                        read.skipped.extend(skipped);
-                    }
-                    Ok(Err(f)) | Err(f) => return self.trouble(shm, Some(f)),
-                }
-                read
-            }
+            Ok(Ok(read)) => read,
             Ok(Err(f)) | Err(f) if f.class == Class::LockNotAvailable => {
                 let held = in_transaction(table::lock_holders).ok().flatten();
                 let f = match held {
@@ -334,7 +316,28 @@ impl Keeper {
             Ok(Err(f)) | Err(f) => return self.trouble(shm, Some(f)),
         };
         self.previous = None;
-        self.trouble(shm, None);
+        // On Citus, the other nodes' own claims too: a worker id given twice
+        // in one cluster meets here, no publication needed. Nodes that do not
+        // answer are said; the claims that did arrive are judged all the same.
+        let mut read = read;
+        let unread = match in_transaction(table::read_cluster) {
+            Ok(Ok(cluster)) => {
+                read.claims.extend(cluster.claims);
+                read.skipped.extend(cluster.skipped);
+                (!cluster.unread.is_empty()).then(|| {
+                    Failure::new(
+                        Class::Warning,
+                        format!(
+                            "the claims of other nodes of this Citus cluster could not be read: {}",
+                            cluster.unread.join("; ")
+                        ),
+                    )
+                    .hint("A node that cannot be asked cannot be checked for this server's worker id; its claim, once it stops arriving, goes stale as any other.")
+                })
+            }
+            Ok(Err(f)) | Err(f) => Some(f),
+        };
+        self.trouble(shm, unread);
         if let Some(at) = read.claimed_at_ms.filter(|at| Some(*at) != claimed_at) {
             self.memory.held = Some(Held {
                 system_identifier: who.system_identifier,

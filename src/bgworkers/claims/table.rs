@@ -7,6 +7,7 @@
 use crate::pg::clock::now_ms;
 use crate::pg::spi;
 use crate::pg::text::{ident, Text};
+use crate::pg::timeout;
 use crate::settings;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -242,73 +243,119 @@ pub(super) fn end_claims(system_identifier: u64, timeline: u32, instance: u64) -
     .ok()
 }
 
+/// How long reading the other nodes' claims may take in all (2 s to
+/// connect, then the query; each node's own wait for the table's lock is
+/// 1 s): a node that answers later is one that did not answer.
+const CLUSTER_READ_MS: i32 = 3_000;
+
+/// What the other nodes of a Citus cluster said of their claims.
+pub(super) struct Cluster {
+    pub claims: Vec<Claim>,
+    pub skipped: Vec<String>,
+    /// The nodes whose claims could not be read, and why.
+    pub unread: Vec<String>,
+}
+
 /// On a Citus cluster (this database holds Citus's metadata), the claims
 /// every other primary node holds for itself, asked through Citus's own
-/// connections (its conninfo and authentication) within 2 s to connect: so
-/// a worker id given twice within one cluster meets without publications
-/// set up by hand. Nodes that do not answer add nothing (their claims go
-/// stale here, as any claim that stops arriving). Rows that cannot be
-/// judged are skipped and described, as for the local table.
-pub(super) fn read_cluster() -> Result<(Vec<Claim>, Vec<String>), Failure> {
-    Spi::connect_mut(|client| {
-        let has_citus = client
-            .select(
-                "SELECT pg_catalog.to_regprocedure('pg_catalog.run_command_on_all_nodes(text,boolean,boolean)') IS NOT NULL",
-                None,
-                &[],
-            )?
-            .first()
-            .get_one::<bool>()?;
-        if has_citus != Some(true) {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        client.update(
-            "SELECT pg_catalog.set_config('citus.node_connection_timeout', '2000', true)",
-            None,
-            &[],
-        )?;
-        // Each node answers with its own claims, as JSON text; every name
-        // there is qualified, whatever that session's search path.
-        let rows = client.select(
-            "WITH answers AS ( \
-               SELECT a.result FROM pg_catalog.run_command_on_all_nodes( \
-                 'SELECT pg_catalog.json_agg(c)::pg_catalog.text FROM snowflake_id.snowflake_claims c \
-                   WHERE c.system_identifier OPERATOR(pg_catalog.=) \
-                         (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s)', true, false) a \
-               WHERE a.success AND a.result OPERATOR(pg_catalog.<>) '') \
-             SELECT (c.value OPERATOR(pg_catalog.->>) 'worker_id')::pg_catalog.int4, \
-                    (c.value OPERATOR(pg_catalog.->>) 'system_identifier')::pg_catalog.int8, \
-                    (c.value OPERATOR(pg_catalog.->>) 'timeline')::pg_catalog.int8, \
-                    (c.value OPERATOR(pg_catalog.->>) 'instance')::pg_catalog.int8, \
-                    pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'claimed_at')::pg_catalog.timestamptz), \
-                    pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'last_seen')::pg_catalog.timestamptz), \
-                    pg_catalog.convert_to(c.value OPERATOR(pg_catalog.->>) 'name', 'UTF8') \
-             FROM answers, pg_catalog.json_array_elements(answers.result::pg_catalog.json) c",
-            None,
-            &[],
-        )?;
-        let (mut claims, mut skipped) = (Vec::new(), Vec::new());
-        for r in rows {
-            let row = Row {
-                worker_id: r.get::<i32>(1)?,
-                system_identifier: r.get::<i64>(2)?,
-                timeline: r.get::<i64>(3)?,
-                instance: r.get::<i64>(4)?,
-                name: r.get::<Vec<u8>>(7)?.map(|b| String::from_utf8_lossy(&b).into_owned()),
-                claimed_at_s: r.get::<f64>(5)?,
-                last_seen_s: r.get::<f64>(6)?,
-            };
-            match row.claim() {
-                Ok(c) => claims.push(c),
-                Err(why) => skipped.push(row.describe_skipped(&why)),
-            }
-        }
-        Ok::<_, pgrx::spi::SpiError>((claims, skipped))
+/// connections (its conninfo and authentication): so a worker id given
+/// twice within one cluster meets without publications set up by hand.
+///
+/// The question is `pg_catalog.snowflake_id_claims_here()`, which the
+/// install script makes where only a superuser can create anything: on a
+/// node where a role dropped the extension and made objects of its own,
+/// nothing of theirs runs as this worker (that node is said to be unread).
+/// Bounded in time by a timer of this process (the wait in Citus's loop
+/// ends on it) and, on each node, by the function's lock timeout.
+pub(super) fn read_cluster() -> Result<Cluster, Failure> {
+    let has_citus = Spi::get_one::<bool>(
+        "SELECT pg_catalog.to_regprocedure('pg_catalog.run_command_on_all_nodes(text,boolean,boolean)') IS NOT NULL",
+    );
+    if has_citus != Ok(Some(true)) {
+        return Ok(Cluster {
+            claims: Vec::new(),
+            skipped: Vec::new(),
+            unread: Vec::new(),
+        });
+    }
+    timeout::within(CLUSTER_READ_MS, || {
+        ask_cluster("SELECT pg_catalog.snowflake_id_claims_here()")
     })
     .map_err(|e| {
         Failure::new(
             Class::Warning,
             format!("could not read the claims of the Citus cluster's other nodes: {e}"),
         )
+    })
+}
+
+fn ask_cluster(command: &str) -> Result<Cluster, pgrx::spi::SpiError> {
+    Spi::connect_mut(|client| {
+        client.update(
+            "SELECT pg_catalog.set_config('citus.node_connection_timeout', '2000', true)",
+            None,
+            &[],
+        )?;
+        let answers = client.update(
+            "SELECT pg_catalog.format('%s:%s', n.nodename, n.nodeport), a.success, \
+                    CASE WHEN a.result OPERATOR(pg_catalog.<>) '' THEN a.result END, a.result \
+             FROM pg_catalog.run_command_on_all_nodes($1, true, false) a \
+             LEFT JOIN pg_catalog.pg_dist_node n ON n.nodeid OPERATOR(pg_catalog.=) a.nodeid",
+            None,
+            &[command.into()],
+        )?;
+        let mut documents = Vec::new();
+        let mut unread = Vec::new();
+        for r in answers {
+            let node = r
+                .get::<Text>(1)?
+                .map_or_else(|| "this node".into(), |t| t.0);
+            match (r.get::<bool>(2)?, r.get::<Text>(3)?) {
+                (Some(true), Some(json)) => documents.push(json.0),
+                // No claims there: nothing to judge.
+                (Some(true), None) => {}
+                _ => unread.push(format!(
+                    "node {node}: {}",
+                    r.get::<Text>(4)?.map(|t| t.0).unwrap_or_default().trim()
+                )),
+            }
+        }
+        let (mut claims, mut skipped) = (Vec::new(), Vec::new());
+        for document in documents {
+            let rows = client.select(
+                "SELECT (c.value OPERATOR(pg_catalog.->>) 'worker_id')::pg_catalog.int4, \
+                        (c.value OPERATOR(pg_catalog.->>) 'system_identifier')::pg_catalog.int8, \
+                        (c.value OPERATOR(pg_catalog.->>) 'timeline')::pg_catalog.int8, \
+                        (c.value OPERATOR(pg_catalog.->>) 'instance')::pg_catalog.int8, \
+                        pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'claimed_at')::pg_catalog.timestamptz), \
+                        pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'last_seen')::pg_catalog.timestamptz), \
+                        pg_catalog.convert_to(c.value OPERATOR(pg_catalog.->>) 'name', 'UTF8') \
+                 FROM pg_catalog.json_array_elements($1::pg_catalog.json) c",
+                None,
+                &[Text(document).into()],
+            )?;
+            for r in rows {
+                let row = Row {
+                    worker_id: r.get::<i32>(1)?,
+                    system_identifier: r.get::<i64>(2)?,
+                    timeline: r.get::<i64>(3)?,
+                    instance: r.get::<i64>(4)?,
+                    name: r
+                        .get::<Vec<u8>>(7)?
+                        .map(|b| String::from_utf8_lossy(&b).into_owned()),
+                    claimed_at_s: r.get::<f64>(5)?,
+                    last_seen_s: r.get::<f64>(6)?,
+                };
+                match row.claim() {
+                    Ok(c) => claims.push(c),
+                    Err(why) => skipped.push(row.describe_skipped(&why)),
+                }
+            }
+        }
+        Ok(Cluster {
+            claims,
+            skipped,
+            unread,
+        })
     })
 }

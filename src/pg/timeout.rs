@@ -1,0 +1,30 @@
+//! A statement timeout armed by hand, for a background worker's statement
+//! that must not wait for ever: pgrx binds no part of `utils/timeout.h`.
+
+use pgrx::prelude::*;
+
+/// `STATEMENT_TIMEOUT` of `enum TimeoutId`, the fourth in every supported
+/// release (utils/timeout.h, 13 to 18: STARTUP_PACKET_TIMEOUT,
+/// DEADLOCK_TIMEOUT, LOCK_TIMEOUT, STATEMENT_TIMEOUT, ...).
+const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
+
+unsafe extern "C-unwind" {
+    fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
+    fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
+}
+
+/// Runs `f` with the statement timeout armed for `ms`: when it fires, the
+/// next CHECK_FOR_INTERRUPTS raises "canceling statement due to statement
+/// timeout" (in a background worker with a database connection, whose
+/// SIGINT handler is Postgres's own). Disarmed however `f` ends.
+pub fn within<R>(ms: i32, f: impl FnOnce() -> R + std::panic::UnwindSafe) -> R {
+    // SAFETY: the timeout every backend registers at start (InitPostgres);
+    // arming it only schedules a signal to this process.
+    unsafe { enable_timeout_after(STATEMENT_TIMEOUT, ms) };
+    PgTryBuilder::new(f)
+        .finally(|| {
+            // SAFETY: disarms the timer armed above, if it did not fire.
+            unsafe { disable_timeout(STATEMENT_TIMEOUT, false) }
+        })
+        .execute()
+}
