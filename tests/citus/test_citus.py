@@ -383,7 +383,9 @@ def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the
     finally:
         w2.sql(local + "DROP SCHEMA snowflake_id CASCADE; DROP FUNCTION public.trap(); DROP TABLE public.trap_log;"
                "CREATE EXTENSION snowflake_id")
-    w2.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
+    # Every node reads w2's claims again at its next refresh.
+    for s in (c, w1, w2):
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
 
 
 def cluster_status(c):
