@@ -282,6 +282,30 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:36
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/status.rs:170
 -- requires:
 --   snowflake_status
@@ -308,6 +332,7 @@ CREATE FUNCTION pg_catalog.snowflake_id_status_here() RETURNS text
 VOLATILE PARALLEL SAFE
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 1000
 AS $function$
     SELECT pg_catalog.json_build_object(
         'worker_id', s.worker_id, 'source', s.worker_id_source, 'layout', s.layout,
@@ -436,29 +461,5 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/admin.rs:36
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_status
---   convert::snowflake_convert
-
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

@@ -95,32 +95,40 @@ pub fn shmem() -> &'static Shmem {
 /// The first check a call makes, whatever the clock or the settings say: a
 /// standby never issues. Then the identity settings, and the worker id
 /// they name (read from Citus by the first call that needs it).
-fn preflight(shm: &Shmem) -> Result<(&'static Config, u32), Failure> {
+///
+/// The status's `problem` asks with `settle` false: it says why the id is
+/// not known, and neither waits nor settles it.
+fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failure> {
     if xlog::in_recovery() {
         return Err(mark::read_only());
     }
     let cfg = settings::config()?;
-    let worker = match shm.worker.get() {
-        Some(w) => w,
-        None => unsettled(shm, cfg)?,
+    let worker = match (shm.worker.get(), cfg.worker) {
+        (Some(w), _) => w,
+        (None, _) if settle => unsettled(shm, cfg)?,
+        (None, Worker::CitusGroup { offset }) => citus::read_worker_id(offset, &cfg.layout)?.0,
+        (None, Worker::Fixed(w)) => w,
     };
     Ok((cfg, worker))
 }
 
-/// How long after a start calls wait, at most, for the claims worker's first
-/// judging of the other nodes' claims on a Citus cluster (it starts with
-/// the server and judges at once).
-const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
+/// How long calls wait, at most, for the claims worker's first judging of
+/// the other nodes' claims on a Citus cluster: from the worker's start
+/// (once recovery is over), or from the call if the worker has not started.
+pub const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
 
 /// The worker id of a call that found none settled: after the claims
-/// worker's first judging, where that is awaited (until 5 s after the start
-/// at most, so that no call waits on it later or twice: a worker that cannot
+/// worker's first judging, where that is awaited (until 5 s after the
+/// worker started at most, so that no call waits long: a worker that cannot
 /// finish in time is the status's `problem`, and IDs go on), then from the
 /// settings or the Citus metadata.
 #[cold]
 fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
     if settings::first_id_waits_for_claims() {
-        let deadline = shm.started_at_ms() + FIRST_CLAIMS_WAIT_MS;
+        let deadline = shm
+            .worker
+            .waits_until()
+            .unwrap_or_else(|| clock::now_ms() + FIRST_CLAIMS_WAIT_MS);
         while clock::now_ms() < deadline {
             if let Some(w) = shm.worker.get() {
                 return Ok(w);
@@ -149,7 +157,7 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
 /// synchronous standby), the last two only if the next ID is beyond the
 /// published mark.
 pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
-    let (cfg, _) = preflight(shm)?;
+    let (cfg, _) = preflight(shm, false)?;
     let policy = settings::policy(&cfg.layout)?;
     if let Some(f) = time_problem(&shm.gen, &cfg.layout, &policy, now) {
         return Err(f);
@@ -176,7 +184,7 @@ pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> (&'static Config,
         shm.counters.errors.fetch_add(1, Ordering::Relaxed);
         raise(f)
     };
-    let (cfg, worker) = preflight(shm).unwrap_or_else(|f| counted(f));
+    let (cfg, worker) = preflight(shm, true).unwrap_or_else(|f| counted(f));
     if end_warning_due(cfg, now) {
         warn_once_of_end(cfg, now);
     }

@@ -1,6 +1,7 @@
 //! A statement timeout armed by hand, for a background worker's statement
 //! that must not wait for ever: pgrx binds no part of `utils/timeout.h`.
 
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 /// `STATEMENT_TIMEOUT` of `enum TimeoutId`, the fourth in every supported
@@ -11,6 +12,7 @@ const STATEMENT_TIMEOUT: std::ffi::c_int = 3;
 unsafe extern "C-unwind" {
     fn enable_timeout_after(id: std::ffi::c_int, delay_ms: std::ffi::c_int);
     fn disable_timeout(id: std::ffi::c_int, keep_indicator: bool);
+    fn get_timeout_indicator(id: std::ffi::c_int, reset_indicator: bool) -> bool;
 }
 
 /// Runs `f` with the statement timeout armed for `ms`: when it fires, the
@@ -23,8 +25,15 @@ pub fn within<R>(ms: i32, f: impl FnOnce() -> R + std::panic::UnwindSafe) -> R {
     unsafe { enable_timeout_after(STATEMENT_TIMEOUT, ms) };
     PgTryBuilder::new(f)
         .finally(|| {
-            // SAFETY: disarms the timer armed above, if it did not fire.
-            unsafe { disable_timeout(STATEMENT_TIMEOUT, false) }
+            // SAFETY: disarms the timer armed above; if it fired after the
+            // last interrupt check, the cancel it asked for is withdrawn, so
+            // that it cannot end whatever this process does next.
+            unsafe {
+                disable_timeout(STATEMENT_TIMEOUT, true);
+                if get_timeout_indicator(STATEMENT_TIMEOUT, true) {
+                    pg_sys::QueryCancelPending = 0;
+                }
+            }
         })
         .execute()
 }

@@ -3,19 +3,23 @@
 //! the first call that reads this node's group id, and kept until the next
 //! start (a node's group id does not change while it is in a cluster).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Not known yet. Outside every layout's worker ids, which fit 32 bits.
 const UNKNOWN: u64 = u64::MAX;
 
 pub struct WorkerId {
     value: AtomicU64,
+    /// Until when calls wait for the claims worker to settle it (ms since
+    /// 1970), from the worker's own start; 0 before the worker started.
+    wait_until_ms: AtomicI64,
 }
 
 impl WorkerId {
     pub const fn new() -> WorkerId {
         WorkerId {
             value: AtomicU64::new(UNKNOWN),
+            wait_until_ms: AtomicI64::new(0),
         }
     }
 
@@ -48,5 +52,16 @@ impl WorkerId {
             Err(w) if w == u64::from(worker) => Ok(()),
             Err(w) => Err(w as u32),
         }
+    }
+
+    /// The claims worker, as it starts (after recovery): calls wait for it
+    /// to settle the id until `until_ms`.
+    pub fn wait_until(&self, until_ms: i64) {
+        self.wait_until_ms.store(until_ms, Ordering::Relaxed);
+    }
+
+    /// Until when calls wait, if the claims worker has started.
+    pub fn waits_until(&self) -> Option<i64> {
+        Some(self.wait_until_ms.load(Ordering::Relaxed)).filter(|t| *t > 0)
     }
 }

@@ -20,6 +20,7 @@ CREATE FUNCTION pg_catalog.snowflake_id_status_here() RETURNS text
 VOLATILE PARALLEL SAFE
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
+SET lock_timeout = 1000
 AS $function$
     SELECT pg_catalog.json_build_object(
         'worker_id', s.worker_id, 'source', s.worker_id_source, 'layout', s.layout,

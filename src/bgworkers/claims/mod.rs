@@ -124,6 +124,11 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     // (`release`) runs.
     signals::sigterm_ends_loop_only();
     shm.claims.trouble().set("");
+    // Calls that wait for this worker's first judging (on Citus) wait from now.
+    if shm.worker.get().is_none() {
+        shm.worker
+            .wait_until(now_ms() + crate::issue::FIRST_CLAIMS_WAIT_MS);
+    }
     let mut keeper = Keeper::new(shm, db);
     loop {
         if signals::terminating() {
@@ -335,7 +340,17 @@ impl Keeper {
                     .hint("A node that cannot be asked cannot be checked for this server's worker id; its claim, once it stops arriving, goes stale as any other.")
                 })
             }
-            Ok(Err(f)) | Err(f) => Some(f),
+            // The transaction's own wording is about the local claim, which
+            // was kept: said of the other nodes instead.
+            Ok(Err(f)) | Err(f) => Some(Failure::new(
+                Class::Warning,
+                format!(
+                    "the claims of other nodes of this Citus cluster could not be read: {}",
+                    f.message
+                        .rsplit_once(": ")
+                        .map_or(f.message.as_str(), |(_, why)| why)
+                ),
+            )),
         };
         self.trouble(shm, unread);
         if let Some(at) = read.claimed_at_ms.filter(|at| Some(*at) != claimed_at) {
