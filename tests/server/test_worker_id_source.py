@@ -45,7 +45,7 @@ def test_settings_that_contradict_each_other_are_refused():
         ("hostsource", "pg-1", {"snowflake_id.worker_id_source": "'k8s'"}, "invalid snowflake_id.worker_id_source: 'k8s'"),
         ("hostoffset", "pg-1", {"snowflake_id.worker_id_source": "'setting'", "snowflake_id.worker_id": 2,
                                 "snowflake_id.worker_id_offset": 5},
-         "snowflake_id.worker_id_offset = 5 is set, but the worker id does not come from the host name"),
+         "snowflake_id.worker_id_offset = 5 is set, but the worker id comes from neither the host name nor Citus"),
         ("hostbadoffset", "pg-1", {"snowflake_id.worker_id_offset": "'ten'"},
          "snowflake_id.worker_id_offset = 'ten' in the configuration is invalid"),
     ]
