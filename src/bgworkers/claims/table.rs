@@ -168,7 +168,7 @@ fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
     Spi::connect(|client| {
         let rows = client.select(
             &format!(
-                "SELECT worker_id, system_identifier, timeline, instance, name, \
+                "SELECT worker_id, system_identifier, timeline, instance, \
                  pg_catalog.date_part('epoch', claimed_at), pg_catalog.date_part('epoch', last_seen), \
                  pg_catalog.convert_to(name, 'UTF8') \
                  FROM {table}"
@@ -177,25 +177,40 @@ fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
             &[],
         )?;
         let (mut claims, mut skipped) = (Vec::new(), Vec::new());
-        for r in rows {
-            let row = Row {
-                worker_id: r.get::<i32>(1)?,
-                system_identifier: r.get::<i64>(2)?,
-                timeline: r.get::<i64>(3)?,
-                instance: r.get::<i64>(4)?,
-                // In the database's encoding; read as UTF-8 whatever that is.
-                name: r.get::<Vec<u8>>(8)?.map(|b| String::from_utf8_lossy(&b).into_owned()),
-                claimed_at_s: r.get::<f64>(6)?,
-                last_seen_s: r.get::<f64>(7)?,
-            };
-            match row.claim() {
-                Ok(c) => claims.push(c),
-                Err(why) => skipped.push(row.describe_skipped(&why)),
-            }
-        }
+        sort_rows(rows, &mut claims, &mut skipped)?;
         Ok::<_, pgrx::spi::SpiError>((claims, skipped))
     })
     .map_err(|e| Failure::new(Class::Warning, format!("could not read snowflake_claims: {e}")))
+}
+
+/// Claim rows, as this table's and the other nodes' readings give them
+/// (worker_id, system_identifier, timeline, instance, claimed_at and
+/// last_seen in seconds, the name as UTF-8 bytes), into the claims that can
+/// be judged and a description of each that cannot.
+fn sort_rows(
+    rows: pgrx::spi::SpiTupleTable<'_>,
+    claims: &mut Vec<Claim>,
+    skipped: &mut Vec<String>,
+) -> Result<(), pgrx::spi::SpiError> {
+    for r in rows {
+        let row = Row {
+            worker_id: r.get::<i32>(1)?,
+            system_identifier: r.get::<i64>(2)?,
+            timeline: r.get::<i64>(3)?,
+            instance: r.get::<i64>(4)?,
+            // In the database's encoding; read as UTF-8 whatever that is.
+            name: r
+                .get::<Vec<u8>>(7)?
+                .map(|b| String::from_utf8_lossy(&b).into_owned()),
+            claimed_at_s: r.get::<f64>(5)?,
+            last_seen_s: r.get::<f64>(6)?,
+        };
+        match row.claim() {
+            Ok(c) => claims.push(c),
+            Err(why) => skipped.push(row.describe_skipped(&why)),
+        }
+    }
+    Ok(())
 }
 
 /// Who holds a lock on the claims table (the sessions this worker's last
@@ -334,23 +349,7 @@ fn ask_cluster(command: &str) -> Result<Cluster, pgrx::spi::SpiError> {
                 None,
                 &[Text(document).into()],
             )?;
-            for r in rows {
-                let row = Row {
-                    worker_id: r.get::<i32>(1)?,
-                    system_identifier: r.get::<i64>(2)?,
-                    timeline: r.get::<i64>(3)?,
-                    instance: r.get::<i64>(4)?,
-                    name: r
-                        .get::<Vec<u8>>(7)?
-                        .map(|b| String::from_utf8_lossy(&b).into_owned()),
-                    claimed_at_s: r.get::<f64>(5)?,
-                    last_seen_s: r.get::<f64>(6)?,
-                };
-                match row.claim() {
-                    Ok(c) => claims.push(c),
-                    Err(why) => skipped.push(row.describe_skipped(&why)),
-                }
-            }
+            sort_rows(rows, &mut claims, &mut skipped)?;
         }
         Ok(Cluster {
             claims,
