@@ -3,7 +3,9 @@
 -- here), the server and timeline it belongs to, marks replayed, and waits for
 -- a synchronous standby; snowflake_resume_above(id) raises the floor above
 -- data that arrived without the mark; snowflake_nextval_array(n) hands out a
--- batch as one array. The status becomes readable by
+-- batch as one array; snowflake_lastval() reads back the last ID drawn;
+-- snowflake_uuidv7() makes version 7 UUIDs from the same generator, with
+-- mappings to and from IDs; snowflake_to_opaque/from_opaque key IDs for URLs. The status becomes readable by
 -- monitoring roles (pg_read_all_stats, and so pg_monitor) instead of by all.
 -- Each server can claim its worker id in snowflake_id.snowflake_claims, which
 -- travels with replicated data, so that two live servers with one worker id
@@ -63,6 +65,51 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
 CREATE FUNCTION @extschema@.snowflake_nextval_array(n integer) RETURNS bigint[]
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
+
+-- The last ID this session drew, as lastval() for sequences.
+CREATE FUNCTION @extschema@.snowflake_lastval() RETURNS bigint
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_lastval_wrapper';
+
+-- IDs as version 7 UUIDs: new ones from the shared generator, the two
+-- mappings between an ID and its UUID, and time bounds for uuid columns.
+CREATE FUNCTION @extschema@.snowflake_uuidv7() RETURNS uuid
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_uuidv7_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_id_to_uuid(id bigint) RETURNS uuid
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_id_to_uuid(id bigint, layout text) RETURNS uuid
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_in_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_uuid_to_id(uuid uuid) RETURNS bigint
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_uuid_to_id(uuid uuid, layout text) RETURNS bigint
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_in_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_uuid_from_timestamp(ts timestamptz) RETURNS uuid
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_uuid_from_timestamp(ts timestamptz, layout text) RETURNS uuid
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_in_wrapper';
+
+-- Opaque IDs for public URLs, under the secret keys of
+-- snowflake_id.opaque_keys_file.
+CREATE FUNCTION @extschema@.snowflake_to_opaque(id bigint) RETURNS text
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_to_opaque_wrapper';
+
+CREATE FUNCTION @extschema@.snowflake_from_opaque(text text) RETURNS bigint
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_opaque_wrapper';
 
 REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;

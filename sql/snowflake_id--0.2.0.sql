@@ -49,6 +49,17 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/opaque.rs:20
+-- snowflake_id::api::opaque::snowflake_from_opaque
+CREATE  FUNCTION "snowflake_from_opaque"(
+	"text" text /* Text */
+) RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_from_opaque_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/text.rs:22
 -- snowflake_id::api::text::snowflake_from_text
 CREATE  FUNCTION "snowflake_from_text"(
@@ -84,6 +95,38 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/uuid.rs:67
+-- snowflake_id::api::uuid::snowflake_id_to_uuid
+CREATE  FUNCTION "snowflake_id_to_uuid"(
+	"id" bigint /* i64 */
+) RETURNS uuid /* Uuid */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:73
+-- snowflake_id::api::uuid::snowflake_id_to_uuid
+CREATE  FUNCTION "snowflake_id_to_uuid"(
+	"id" bigint, /* i64 */
+	"layout" text /* Text */
+) RETURNS uuid /* Uuid */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_in_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/generate.rs:66
+-- snowflake_id::api::generate::snowflake_lastval
+CREATE  FUNCTION "snowflake_lastval"() RETURNS bigint /* i64 */
+STRICT VOLATILE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_lastval_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/decode.rs:140
 -- snowflake_id::api::decode::snowflake_layouts
 CREATE  FUNCTION "snowflake_layouts"() RETURNS TABLE (
@@ -102,7 +145,7 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:17
+-- src/api/generate.rs:18
 -- snowflake_id::api::generate::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
@@ -111,7 +154,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:52
+-- src/api/generate.rs:56
 -- snowflake_id::api::generate::snowflake_nextval_array
 CREATE  FUNCTION "snowflake_nextval_array"(
 	"n" INT /* i32 */
@@ -122,7 +165,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:45
+-- src/api/generate.rs:49
 -- snowflake_id::api::generate::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */
@@ -167,6 +210,17 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/opaque.rs:13
+-- snowflake_id::api::opaque::snowflake_to_opaque
+CREATE  FUNCTION "snowflake_to_opaque"(
+	"id" bigint /* i64 */
+) RETURNS TEXT /* String */
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_to_opaque_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/text.rs:12
 -- snowflake_id::api::text::snowflake_to_text
 CREATE  FUNCTION "snowflake_to_text"(
@@ -176,6 +230,61 @@ CREATE  FUNCTION "snowflake_to_text"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:95
+-- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
+CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
+	"ts" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS uuid /* Uuid */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:101
+-- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
+CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
+	"ts" timestamp with time zone, /* TimestampWithTimeZone */
+	"layout" text /* Text */
+) RETURNS uuid /* Uuid */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_in_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:80
+-- snowflake_id::api::uuid::snowflake_uuid_to_id
+CREATE  FUNCTION "snowflake_uuid_to_id"(
+	"uuid" uuid /* Uuid */
+) RETURNS bigint /* i64 */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:86
+-- snowflake_id::api::uuid::snowflake_uuid_to_id
+CREATE  FUNCTION "snowflake_uuid_to_id"(
+	"uuid" uuid, /* Uuid */
+	"layout" text /* Text */
+) RETURNS bigint /* i64 */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_in_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/uuid.rs:57
+-- snowflake_id::api::uuid::snowflake_uuidv7
+CREATE  FUNCTION "snowflake_uuidv7"() RETURNS uuid /* Uuid */
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_uuidv7_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -259,9 +259,29 @@ impl Tally {
     }
 }
 
+/// The last ID this session drew, for `snowflake_lastval()`.
+static LAST: ProcessLocal<Cell<Option<i64>>> = ProcessLocal(Cell::new(None));
+
+/// Remembers the last ID this session drew.
+#[inline]
+pub fn remember(id: i64) {
+    LAST.0.set(Some(id));
+}
+
+/// The last ID this session drew, if any.
+pub fn last() -> Option<i64> {
+    LAST.0.get()
+}
+
 /// The next ID of this server (see `snowflake_nextval`).
 #[inline]
 pub fn next_id() -> i64 {
+    next().1
+}
+
+/// The next ID of this server, with the settings it was made under.
+#[inline]
+pub fn next() -> (&'static Config, i64) {
     let now = clock::now_ms();
     // Nearly every call: settings checked before, the clock's tick open, the
     // durable mark ahead. Anything else (first call, a setting changed, a
@@ -286,5 +306,7 @@ pub fn next_id() -> i64 {
         let (cfg, worker) = issue(1, now, |t| first = t.first);
         (cfg, worker, first)
     });
-    cfg.layout.id_from_counter(first, u64::from(worker)) as i64
+    let id = cfg.layout.id_from_counter(first, u64::from(worker)) as i64;
+    remember(id);
+    (cfg, id)
 }

@@ -10,6 +10,7 @@
 //! - `shmem`: the shared memory, each part with one owner;
 //! - `mark`: the durable mark (moves, start, WAL redo, admin);
 //! - `citus`: what this node reads of its Citus metadata;
+//! - `opaque`: the secret keys of opaque IDs, as this process holds them;
 //! - `issue`: issuing IDs, and the checks a call makes first;
 //! - `bgworkers`: the reserver and the claims worker;
 //! - `api`: every SQL function.
@@ -27,6 +28,7 @@ mod bgworkers;
 mod citus;
 mod issue;
 mod mark;
+mod opaque;
 mod pg;
 mod settings;
 mod shmem;
@@ -39,12 +41,14 @@ pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         settings::define();
+        opaque::define();
         mark::redo::register(settings::wal_rmgr_id());
         shmem::install(on_shmem_created);
         bgworkers::register();
         api::utility::install();
     } else {
         settings::read_without_defining();
+        opaque::define();
     }
 }
 

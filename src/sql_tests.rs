@@ -284,6 +284,7 @@ mod tests {
                 "snowflake_convert(regclass,name,boolean,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
+                "snowflake_from_opaque(text) s1r",
                 "snowflake_from_text(text,text) i1s",
                 "snowflake_from_timestamp(timestamp with time zone) s1s",
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",
@@ -291,6 +292,10 @@ mod tests {
                 // pg_catalog): they read a table and a view.
                 "snowflake_id_claims_here() s0s",
                 "snowflake_id_status_here() v0s",
+                "snowflake_id_to_uuid(bigint) s1s",
+                "snowflake_id_to_uuid(bigint,text) i1s",
+                // Backend-local state: the leader's draws, not a worker's.
+                "snowflake_lastval() v1r",
                 "snowflake_layouts() i1s",
                 "snowflake_nextval() v1s",
                 "snowflake_nextval_array(integer) v1s",
@@ -299,7 +304,14 @@ mod tests {
                 "snowflake_status() v0s",
                 "snowflake_timestamp(bigint) s1s",
                 "snowflake_timestamp(bigint,text) i1s",
+                // The keys are read per process, at its reloads.
+                "snowflake_to_opaque(bigint) s1r",
                 "snowflake_to_text(bigint,text) i1s",
+                "snowflake_uuid_from_timestamp(timestamp with time zone) s1s",
+                "snowflake_uuid_from_timestamp(timestamp with time zone,text) i1s",
+                "snowflake_uuid_to_id(uuid) s1s",
+                "snowflake_uuid_to_id(uuid,text) i1s",
+                "snowflake_uuidv7() v1s",
             ]
         );
     }

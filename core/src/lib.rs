@@ -8,6 +8,8 @@
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
 //! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
+//! - [`uuid`]: IDs as version 7 UUIDs, and back.
+//! - [`opaque`]: IDs enciphered under a secret key, for public URLs.
 //! - [`convert`]: the DDL that moves a table's key column to snowflake IDs.
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
@@ -24,9 +26,11 @@ pub mod failure;
 pub mod generator;
 pub mod layout;
 pub mod mark;
+pub mod opaque;
 pub mod resume;
 pub mod text;
 pub mod timefmt;
+pub mod uuid;
 pub mod worker_id;
 
 pub use failure::{Class, Failure};

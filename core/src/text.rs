@@ -31,6 +31,13 @@ impl Encoding {
             "base62" => Ok(Encoding::Base62),
             "base32" => Ok(Encoding::Base32),
             "hex" => Ok(Encoding::Hex),
+            // Keyed text is not IMMUTABLE (keys rotate), so it has its own
+            // STABLE functions rather than a name here.
+            "opaque" => Err(Failure::new(
+                Class::InvalidParameter,
+                "opaque IDs are not an encoding of snowflake_to_text()",
+            )
+            .hint("Use snowflake_to_opaque(id) and snowflake_from_opaque(text): their text depends on secret keys that can be rotated.")),
             _ => Err(Failure::new(
                 Class::InvalidParameter,
                 format!("unknown ID text encoding \"{name}\""),

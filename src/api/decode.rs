@@ -15,7 +15,7 @@ use snowflake_id_core::Failure;
 use std::cell::RefCell;
 
 /// A layout argument, parsed once per distinct text in a row of calls.
-fn layout_arg(text: &str) -> Layout {
+pub(super) fn layout_arg(text: &str) -> Layout {
     /// The last layout text seen, and what it parsed to.
     type Parsed = Option<(String, Result<Layout, Failure>)>;
     static LAST: ProcessLocal<RefCell<Parsed>> = ProcessLocal(RefCell::new(None));

@@ -1,4 +1,5 @@
-//! Issuing IDs: `snowflake_nextval()` and `snowflake_nextval_batch(n)`.
+//! Issuing IDs: `snowflake_nextval()`, its batches, and
+//! `snowflake_lastval()`.
 
 use crate::issue;
 use crate::pg::clock;
@@ -35,6 +36,9 @@ fn batch(function: &str, n: i32) -> impl Iterator<Item = i64> {
     let mut runs = Vec::with_capacity(1);
     let (cfg, worker) = issue::issue(n as u64, clock::now_ms(), |t| runs.push(t));
     let (layout, worker) = (cfg.layout, u64::from(worker));
+    if let Some(t) = runs.last() {
+        issue::remember(layout.id_from_counter(t.first + t.count - 1, worker) as i64);
+    }
     runs.into_iter().flat_map(move |t| {
         (t.first..t.first + t.count).map(move |c| layout.id_from_counter(c, worker) as i64)
     })
@@ -52,4 +56,22 @@ fn snowflake_nextval_batch(n: i32) -> SetOfIterator<'static, i64> {
 #[pg_extern(volatile, strict, parallel_safe)]
 fn snowflake_nextval_array(n: i32) -> Int8Array {
     Int8Array(batch("snowflake_nextval_array", n).collect())
+}
+
+/// The last ID this session drew, by any of the generating functions
+/// (`snowflake_nextval()`, the last of a batch, the ID of a
+/// `snowflake_uuidv7()`), as `lastval()` answers for sequences; kept
+/// through a rollback, as `lastval()` keeps it. VOLATILE (each draw changes
+/// it); PARALLEL RESTRICTED (a parallel worker's draws are its own).
+#[pg_extern(volatile, parallel_restricted)]
+fn snowflake_lastval() -> i64 {
+    issue::last().unwrap_or_else(|| {
+        raise(
+            Failure::new(
+                Class::NotReady,
+                "snowflake_lastval is not yet defined in this session",
+            )
+            .hint("Draw an ID first in this session: snowflake_nextval(), snowflake_uuidv7(), snowflake_nextval_batch() or snowflake_nextval_array()."),
+        )
+    })
 }

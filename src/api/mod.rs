@@ -7,6 +7,8 @@ mod claims;
 mod convert;
 mod decode;
 mod generate;
+mod opaque;
 mod status;
 mod text;
 pub mod utility;
+mod uuid;

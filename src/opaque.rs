@@ -1,0 +1,127 @@
+//! The keys of opaque IDs, as this process holds them: read from the file
+//! `snowflake_id.opaque_keys_file` names when first needed, and again after
+//! a reload of the configuration (how keys are rotated) or a change of the
+//! setting.
+//!
+//! The keys never leave this module but as the ciphers that use them: no
+//! function returns them, the setting holds a path (superuser-only, as
+//! PostgreSQL's own key file settings), and what is wrong with the file goes
+//! to the server log alone, by line number, never by content.
+
+use crate::pg::error::log;
+use crate::pg::process::ProcessLocal;
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::{pg_sys, PgLogLevel};
+use snowflake_id_core::opaque::{check_file_mode, Keys};
+use snowflake_id_core::{Class, Failure};
+use std::cell::RefCell;
+use std::ffi::CString;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::rc::Rc;
+
+static KEYS_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// A key file holds 64 keys of one line each; anything far larger is not one.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// Defines `snowflake_id.opaque_keys_file`: read at every reload, so that
+/// it can be set (and keys rotated) without a restart, whether or not the
+/// library is preloaded.
+pub fn define() {
+    GucRegistry::define_string_guc(
+        c"snowflake_id.opaque_keys_file",
+        c"The file of the secret keys of opaque IDs (snowflake_to_opaque, snowflake_from_opaque).",
+        c"Lines of '<key number 0-63> <64 hex digits> [decode-only]', readable by the server's user alone; a relative path is taken from the data directory. Reload the configuration after changing the file.",
+        &KEYS_FILE,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+}
+
+/// The keys as loaded at one reload of the configuration.
+struct Loaded {
+    path: String,
+    reloaded_at: pg_sys::TimestampTz,
+    keys: Result<Rc<Keys>, Failure>,
+}
+
+static LOADED: ProcessLocal<RefCell<Option<Loaded>>> = ProcessLocal(RefCell::new(None));
+
+/// The keys of opaque IDs, or the error that tells the caller there are
+/// none usable (the reason is in the server log).
+pub fn keys() -> Result<Rc<Keys>, Failure> {
+    let path = KEYS_FILE
+        .get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // SAFETY: a plain global Postgres sets on every load of the files.
+    let reloaded_at = unsafe { pg_sys::PgReloadTime };
+    let mut loaded = LOADED.0.borrow_mut();
+    let fresh = loaded
+        .as_ref()
+        .is_some_and(|l| l.path == path && l.reloaded_at == reloaded_at);
+    if !fresh {
+        let keys = load(&path).map(Rc::new).map_err(|why| {
+            log(why, PgLogLevel::LOG_SERVER_ONLY);
+            unusable(&path)
+        });
+        *loaded = Some(Loaded {
+            path,
+            reloaded_at,
+            keys,
+        });
+    }
+    loaded.as_ref().expect("just loaded").keys.clone()
+}
+
+/// What a caller is told: that there is no key, and where its DBA looks.
+fn unusable(path: &str) -> Failure {
+    let (message, hint) = if path.is_empty() {
+        (
+            "no key for opaque IDs is set",
+            "A superuser sets snowflake_id.opaque_keys_file to a key file and reloads the configuration; see \"Opaque IDs\" in the README.",
+        )
+    } else {
+        (
+            "the key file for opaque IDs cannot be used",
+            "The server log says what is wrong with the file snowflake_id.opaque_keys_file names; fix it and reload the configuration.",
+        )
+    };
+    Failure::new(Class::NotReady, message).hint(hint)
+}
+
+/// Reads and checks the key file. Its errors name the file, never its
+/// contents.
+fn load(path: &str) -> Result<Keys, Failure> {
+    if path.is_empty() {
+        return Err(unusable(path));
+    }
+    let io = |what: &str, e: std::io::Error| {
+        Failure::new(
+            Class::Io,
+            format!("could not {what} the opaque ID key file \"{path}\": {e}"),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|e| io("open", e))?;
+    let meta = file.metadata().map_err(|e| io("stat", e))?;
+    // SAFETY: geteuid has no preconditions.
+    check_file_mode(meta.mode(), meta.uid(), unsafe { libc::geteuid() }).map_err(|f| Failure {
+        message: format!("{} (\"{path}\")", f.message),
+        ..f
+    })?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            format!("\"{path}\" is not an opaque ID key file: not a regular file of at most {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| io("read", e))?;
+    Keys::parse(&text).map_err(|f| Failure {
+        message: format!("{} (\"{path}\")", f.message),
+        ..f
+    })
+}
