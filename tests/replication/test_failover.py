@@ -51,11 +51,16 @@ class Load:
         cur.execute("SET statement_timeout = '30s'")  # a hang fails the test instead
         if self.setup:
             cur.execute(self.setup)
-        stmt = ("INSERT INTO t SELECT FROM generate_series(1, 100) RETURNING id" if self.rows
-                else "SELECT snowflake_nextval() FROM generate_series(1, 100)")
+        # Bare loads alternate with UUIDs of the same generator: their IDs
+        # must not repeat the original's either.
+        stmts = (["INSERT INTO t SELECT FROM generate_series(1, 100) RETURNING id"] if self.rows
+                 else ["SELECT snowflake_nextval() FROM generate_series(1, 100)",
+                       "SELECT snowflake_uuid_to_id(snowflake_uuidv7()) FROM generate_series(1, 100)"])
+        turn = 0
         while time.time() < self.deadline:
             try:
-                cur.execute(stmt)
+                turn += 1
+                cur.execute(stmts[turn % len(stmts)])
                 got = [r[0] for r in cur.fetchall()]
             except psycopg2.Error as e:
                 if e.pgcode is None or conn.closed:

@@ -15,16 +15,27 @@ class Load:
 
     def __init__(self, srv):
         self.srv, self.ids, self.errors, self.stop = srv, [], [], threading.Event()
+        self.uuids = []
         self.thread = threading.Thread(target=self.run)
         self.thread.start()
 
     def run(self):
         conn = self.srv.connect()
         cur = conn.cursor()
+        uuids = False
         while not self.stop.is_set():
             try:
-                cur.execute("SELECT snowflake_nextval() FROM generate_series(1, 200)")
-                self.ids.extend(r[0] for r in cur.fetchall())
+                # Every other statement draws UUIDs of the same generator:
+                # their IDs must increase with the others, and they as UUIDs.
+                uuids = not uuids
+                if uuids:
+                    cur.execute("SELECT snowflake_uuid_to_id(u), u::text FROM"
+                                " (SELECT snowflake_uuidv7() u FROM generate_series(1, 200)) s")
+                else:
+                    cur.execute("SELECT snowflake_nextval() FROM generate_series(1, 200)")
+                rows = cur.fetchall()
+                self.ids.extend(r[0] for r in rows)
+                self.uuids.extend(r[1] for r in rows if len(r) > 1)
             except Exception as e:
                 self.errors.append(e)
         conn.close()
@@ -62,6 +73,7 @@ def test_a_step_back_within_max_lead_is_absorbed_without_wait_or_error(clocked):
     assert not load.errors, load.errors[:3]
     assert counters(srv)[0] == waits_before, "a caller waited"
     assert_increasing(ids)
+    assert load.uuids and all(a < b for a, b in zip(load.uuids, load.uuids[1:])), "UUIDs out of order"
     steps = srv.one("SELECT clock_steps_back FROM snowflake_id.snowflake_status")
     assert steps >= 1, "the reserver did not see the step"
     lead = srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_id.snowflake_status")

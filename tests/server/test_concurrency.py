@@ -18,7 +18,7 @@ def take(srv, seed, out, errors):
         cur = conn.cursor()
         ids = []
         while len(ids) < PER_SESSION:
-            kind = rnd.choice(["single", "rows", "batch", "batch"])
+            kind = rnd.choice(["single", "rows", "batch", "batch", "uuid"])
             if kind == "single":
                 for _ in range(rnd.randint(1, 50)):
                     cur.execute("SELECT snowflake_nextval()")
@@ -26,6 +26,15 @@ def take(srv, seed, out, errors):
             elif kind == "rows":
                 cur.execute("SELECT snowflake_nextval() FROM generate_series(1, %s)", (rnd.randint(1, 3000),))
                 ids.extend(r[0] for r in cur.fetchall())
+            elif kind == "uuid":
+                # UUIDs come from the same generator: their IDs join the
+                # others, and the UUIDs themselves must increase as the IDs.
+                cur.execute("SELECT u::text, snowflake_uuid_to_id(u) FROM"
+                            " (SELECT snowflake_uuidv7() u FROM generate_series(1, %s)) s", (rnd.randint(1, 3000),))
+                rows = cur.fetchall()
+                uuids = [r[0] for r in rows]
+                assert all(a < b for a, b in zip(uuids, uuids[1:])), "UUIDs of one statement out of order"
+                ids.extend(r[1] for r in rows)
             else:
                 cur.execute("SELECT snowflake_nextval_batch(%s)", (rnd.randint(1, 5000),))
                 ids.extend(r[0] for r in cur.fetchall())

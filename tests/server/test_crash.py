@@ -25,6 +25,7 @@ class Load:
     def __init__(self, srv, sessions, target):
         self.srv, self.target = srv, target
         self.ids = {s: [] for s in range(sessions)}
+        self.uuids = []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(s,)) for s in range(sessions)]
         for t in self.threads:
@@ -42,13 +43,20 @@ class Load:
                 if conn is None:
                     conn = self.srv.connect_retry()
                 cur = conn.cursor()
-                if rnd.random() < 0.5:
+                draw = rnd.random()
+                if draw < 0.4:
                     cur.execute("SELECT snowflake_nextval_batch(%s)", (rnd.randint(1, 3000),))
-                else:
+                elif draw < 0.8:
                     cur.execute("SELECT snowflake_nextval() FROM generate_series(1, %s)", (rnd.randint(1, 500),))
-                got = [r[0] for r in cur.fetchall()]
+                else:
+                    # UUIDs from the same generator: their IDs join the
+                    # others; the UUIDs are checked as UUIDs too.
+                    cur.execute("SELECT snowflake_uuid_to_id(u), u::text FROM"
+                                " (SELECT snowflake_uuidv7() u FROM generate_series(1, %s)) s", (rnd.randint(1, 500),))
+                rows = cur.fetchall()
                 with self.lock:
-                    self.ids[session].extend(got)
+                    self.ids[session].extend(r[0] for r in rows)
+                    self.uuids.extend(r[1] for r in rows if len(r) > 1)
             except psycopg2.Error:
                 # The crash ended this session; IDs it did not receive were never handed out.
                 conn = None
@@ -86,9 +94,14 @@ def test_kill_9_of_a_backend_under_load_then_the_clock_60_s_back():
             time.sleep(0.1)
         srv.set_clock(-60)
         time.sleep(2)
-        after = Load(srv, sessions=4, target=400_000).join()
+        later = Load(srv, sessions=4, target=400_000)
+        after = later.join()
         assert_unique(before + after)
         assert min(after) > max(before), "an ID after the crash is below one from before it"
+        # UUIDs compared as Postgres compares them, without any mapping.
+        assert load.uuids and later.uuids
+        assert_unique(load.uuids + later.uuids)
+        assert min(later.uuids) > max(load.uuids), "a UUID after the crash is below one from before it"
         steps = srv.one("SELECT clock_steps_back FROM snowflake_id.snowflake_status")
         print(f"{len(before)} IDs before the crash, {len(after)} after it and a 60 s step back: all unique; steps seen: {steps}")
 

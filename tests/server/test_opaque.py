@@ -1,0 +1,171 @@
+"""Opaque IDs on a real server: round trips as the application's role, text
+altered or made elsewhere refused alike, key rotation without broken links,
+and the key out of reach of every role but the superuser: from SQL, from
+pg_settings (even with pg_read_all_settings), from the status, from the
+server log and from error messages."""
+
+import os
+import pwd
+import secrets
+
+import psycopg2
+from harness import application_role, server
+
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+KEYS = "opaque.keys"  # in the data directory: base backups carry it to standbys
+
+
+def write_keys(srv, text, mode=0o600):
+    path = os.path.join(srv.data, KEYS)
+    with open(path, "w") as f:
+        f.write(text)
+    pw = pwd.getpwnam("postgres")
+    os.chown(path, pw.pw_uid, pw.pw_gid)
+    os.chmod(path, mode)
+
+
+def use_keys(srv, text, mode=0o600):
+    write_keys(srv, text, mode)
+    srv.set_conf(snowflake_id__opaque_keys_file=f"'{KEYS}'")
+    srv.reload_and_wait()
+
+
+def app(srv):
+    return srv.connect(dbname="appdb", user="app").cursor()
+
+
+def error_of(cur, query, args=None):
+    try:
+        cur.execute(query, args)
+    except psycopg2.Error as e:
+        return e.pgcode, e.diag.message_primary, e.diag.message_hint or "", e.diag.message_detail or ""
+    raise AssertionError(f"no error from {query}")
+
+
+def test_round_trip_every_layout_and_the_extremes_as_the_application():
+    with server("opaque-round-trip") as srv:
+        application_role(srv)
+        code, msg, hint, _ = error_of(app(srv), "SELECT snowflake_to_opaque(1)")
+        assert (code, msg) == ("55000", "no key for opaque IDs is set"), (code, msg)
+        assert "snowflake_id.opaque_keys_file" in hint
+        use_keys(srv, f"1 {secrets.token_hex(32)}\n")
+        cur = app(srv)
+        cur.execute(
+            "SELECT i, snowflake_to_opaque(i), snowflake_from_opaque(snowflake_to_opaque(i)) FROM ("
+            " SELECT unnest(ARRAY[0, 1, 9223372036854775807, -1, -9223372036854775808]::bigint[])"
+            " UNION ALL SELECT snowflake_from_timestamp(least(now(), ends - interval '1 day'), name) + k"
+            "   FROM snowflake_layouts(), generate_series(0, 3) k"
+            " UNION ALL SELECT snowflake_nextval() FROM generate_series(1, 2000)) v(i)")
+        rows = cur.fetchall()
+        assert len(rows) == 5 + 8 * 4 + 2000
+        for i, text, back in rows:
+            assert back == i, (i, text, back)
+            assert len(text) == 17 and text[0] == "B" and set(text) <= set(ALPHABET), text
+        texts = [t for _, t, _ in rows]
+        assert len(set(texts)) == len(texts)
+
+
+def test_altered_and_foreign_text_is_refused_with_one_message():
+    with server("opaque-tamper") as srv:
+        application_role(srv)
+        use_keys(srv, f"1 {secrets.token_hex(32)}\n")
+        cur = app(srv)
+        cur.execute("SELECT snowflake_to_opaque(snowflake_nextval())")
+        good = cur.fetchone()[0]
+        altered = []
+        for i in range(17):
+            for c in (ALPHABET[(ALPHABET.index(good[i]) + 1) % 64], ALPHABET[(ALPHABET.index(good[i]) + 37) % 64]):
+                altered.append(good[:i] + c + good[i + 1:])
+        # Made under another key, as on another server.
+        with server("opaque-elsewhere") as elsewhere:
+            use_keys(elsewhere, f"1 {secrets.token_hex(32)}\n")
+            server_text = elsewhere.one("SELECT snowflake_to_opaque(12345)")
+        other = [server_text, "", "B", good[:-1], good + "A", good.replace(good[5], "+", 1), "é" * 17, "x" * 100_000]
+        seen = set()
+        for text in altered + other:
+            code, msg, hint, detail = error_of(cur, "SELECT snowflake_from_opaque(%s)", (text,))
+            seen.add((code, msg, hint, detail))
+        assert seen == {("22P02", "invalid opaque snowflake ID",
+                         "An opaque ID is 17 characters made by snowflake_to_opaque() on a server that still has the key it was made with.",
+                         "")}, seen
+
+
+def test_rotation_keeps_old_links_and_reaches_open_sessions():
+    with server("opaque-rotation") as srv:
+        application_role(srv)
+        k1, k2 = secrets.token_hex(32), secrets.token_hex(32)
+        use_keys(srv, f"1 {k1}\n")
+        pooled = app(srv)  # a session that stays open through the rotation
+        pooled.execute("SELECT i, snowflake_to_opaque(i) FROM (SELECT snowflake_nextval() i) s")
+        id_1, old = pooled.fetchone()
+        # Stage the new key everywhere first: decodes, makes nothing yet.
+        use_keys(srv, f"1 {k1}\n2 {k2} decode-only\n")
+        pooled.execute("SELECT snowflake_to_opaque(%s)", (id_1,))
+        assert pooled.fetchone()[0] == old
+        # Switch: new text under key 2, in the open session too; old still decodes.
+        use_keys(srv, f"1 {k1}\n2 {k2}\n")
+        pooled.execute("SELECT snowflake_to_opaque(%s), snowflake_from_opaque(%s)", (id_1, old))
+        new, back = pooled.fetchone()
+        assert new[0] == "C" and new != old and back == id_1
+        pooled.execute("SELECT snowflake_from_opaque(%s)", (new,))
+        assert pooled.fetchone()[0] == id_1
+        # Retire key 1: its links are refused, key 2's live on.
+        use_keys(srv, f"2 {k2}\n")
+        assert error_of(pooled, "SELECT snowflake_from_opaque(%s)", (old,))[0] == "22P02"
+        pooled.execute("SELECT snowflake_from_opaque(%s)", (new,))
+        assert pooled.fetchone()[0] == id_1
+
+
+def test_the_key_is_out_of_reach_of_every_role_but_the_superuser():
+    with server("opaque-secret") as srv:
+        application_role(srv)
+        key = secrets.token_hex(32)
+        use_keys(srv, f"7 {key}\n")
+        srv.sql("CREATE ROLE settings_reader LOGIN IN ROLE pg_read_all_settings")
+        srv.sql("CREATE ROLE monitor LOGIN IN ROLE pg_monitor")
+        srv.sql("GRANT CONNECT ON DATABASE appdb TO settings_reader, monitor")
+        path = os.path.join(srv.data, KEYS)
+        seen = []
+        for user in ("app", "settings_reader", "monitor"):
+            conn = srv.connect(dbname="appdb", user=user)
+            cur = conn.cursor()
+            cur.execute("SELECT snowflake_to_opaque(42)")
+            assert cur.fetchone()[0][0] == "H"  # works for every role, under key 7
+            for q in (
+                "SELECT string_agg(name || '=' || coalesce(setting, ''), ',') FROM pg_settings",
+                "SELECT string_agg(coalesce(setting, ''), ',') FROM pg_file_settings",
+                "SELECT current_setting('snowflake_id.opaque_keys_file')",
+                f"SELECT pg_read_file('{path}')",
+                f"SELECT pg_read_binary_file('{path}')::text",
+                f"COPY (SELECT 1) TO PROGRAM 'cat {path}'",
+                "CREATE TEMP TABLE k (line text); COPY k FROM '" + path + "'; SELECT string_agg(line, ',') FROM k",
+                "SELECT row_to_json(s)::text FROM snowflake_id.snowflake_status s",
+            ):
+                try:
+                    cur.execute(q)
+                    seen.append((user, q, str(cur.fetchall())))
+                except psycopg2.Error as e:
+                    seen.append((user, q, f"{e.pgcode} {e}"))
+                    conn.rollback()
+            conn.close()
+        for user, q, got in seen:
+            assert key not in got, (user, q)
+        by = {(u, q[:30]): g for u, q, g in seen}
+        # What each could read: the path's value only with pg_read_all_settings.
+        setting = "SELECT current_setting('snowfl"
+        assert by[("app", setting)].startswith("42501"), by[("app", setting)]
+        assert KEYS in by[("settings_reader", setting)], by[("settings_reader", setting)]
+        for user in ("app", "settings_reader", "monitor"):
+            assert by[(user, "SELECT pg_read_file('" + path[:9])].startswith("42501")
+        # Errors of a broken file reach the log by line, never by content,
+        # and the caller learns only that the file cannot be used.
+        use_keys(srv, f"1 {key[:-1]}\n")
+        code, msg, hint, detail = error_of(app(srv), "SELECT snowflake_to_opaque(1)")
+        assert (code, msg) == ("55000", "the key file for opaque IDs cannot be used"), (code, msg)
+        assert key[:-1] not in msg + hint + detail and path not in msg + hint + detail
+        use_keys(srv, f"1 {key}\n", mode=0o644)
+        assert error_of(app(srv), "SELECT snowflake_from_opaque('BAAAAAAAAAAAAAAAA')")[0] == "55000"
+        log = srv.log_text()
+        assert "line 1 of the opaque ID key file has a key that is not 64 hex digits" in log
+        assert "can be read by others than the server (mode 0644)" in log
+        assert key[:-1] not in log, "the key reached the server log"
