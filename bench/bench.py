@@ -1,5 +1,6 @@
 """The snowflake_id benchmark: per call, under concurrency, filling a table
-(and scanning it by time), and batch against single calls, every competitor
+(and scanning it by time), batch against single calls, and what serving an
+ID as opaque text or a UUID costs, every competitor
 in the same run, on a PostgreSQL 18 built with OpenSSL (as distributions
 build it), so that its own uuidv7() and gen_random_uuid() cost what users
 get.
@@ -19,6 +20,7 @@ import os
 import platform
 import random
 import re
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -41,9 +43,11 @@ class Competitor:
 
 
 SNOWFLAKE = "snowflake_nextval()"
+SNOWFLAKE_UUID = "snowflake_uuidv7()"
 MILLION = 1_000_000
 COMPETITORS = [
     Competitor("snowflake_nextval()", SNOWFLAKE, "id bigint PRIMARY KEY DEFAULT snowflake_nextval()", 5 * MILLION),
+    Competitor("snowflake_uuidv7()", SNOWFLAKE_UUID, "id uuid PRIMARY KEY DEFAULT snowflake_uuidv7()", 5 * MILLION),
     Competitor("sequence nextval()", "nextval('bench_seq')", "id bigserial PRIMARY KEY", 5 * MILLION),
     Competitor(
         "identity column",
@@ -59,8 +63,9 @@ COMPETITORS = [
     Competitor("random() floor", "random()", "id bigint PRIMARY KEY DEFAULT (random() * 9.2e18)::bigint", 5 * MILLION),
 ]
 BY_NAME = {c.name: c for c in COMPETITORS}
-SF, SEQ, IDENT, UUID7, UUID4, RANDOM = (
+SF, SFU, SEQ, IDENT, UUID7, UUID4, RANDOM = (
     "snowflake_nextval()",
+    "snowflake_uuidv7()",
     "sequence nextval()",
     "identity column",
     "uuidv7()",
@@ -104,7 +109,7 @@ class Bench:
         measures the code rather than a lead left by the one before, and notes
         whether the layout's capacity (max_lead reached, callers waiting) was
         hit during it."""
-        if competitor.call != SNOWFLAKE:
+        if competitor.call not in (SNOWFLAKE, SNOWFLAKE_UUID):
             yield
             return
         lead = self.q("SELECT coalesce(extract(epoch FROM lead)::float8, 0) FROM snowflake_id.snowflake_status")[0][0]
@@ -257,6 +262,11 @@ class Bench:
             to_time, forms = "snowflake_timestamp({})", {
                 "snowflake_from_timestamp() bounds": "id >= snowflake_from_timestamp(%(a)s) AND id < snowflake_from_timestamp(%(b)s)",
             }
+        elif c.name == SFU:
+            to_time, forms = "uuid_extract_timestamp({})", {
+                "snowflake_uuid_from_timestamp() bounds": "id >= snowflake_uuid_from_timestamp(%(a)s) AND id < snowflake_uuid_from_timestamp(%(b)s)",
+                "uuid_extract_timestamp(id) range": "uuid_extract_timestamp(id) >= %(a)s AND uuid_extract_timestamp(id) < %(b)s",
+            }
         elif c.name == UUID7:
             bound = ("(substr(lpad(to_hex((extract(epoch FROM {t}) * 1000)::bigint), 12, '0'), 1, 8) || '-' ||"
                      " substr(lpad(to_hex((extract(epoch FROM {t}) * 1000)::bigint), 12, '0'), 9, 4) ||"
@@ -287,6 +297,31 @@ class Bench:
         if len(set(counts.values())) != 1 or not next(iter(counts.values())):
             raise RuntimeError(f"{c.name}: the range forms count {counts}")
         return {"range": out}
+
+    # Case 5 --------------------------------------------------------------
+    def opaque(self):
+        """What one call costs of the forms an ID is served in: opaque text
+        both ways, the order-keeping base62 text, and the UUID of an ID,
+        each over the same stored IDs, against the scan alone."""
+        n = self.args.opaque_ids
+        self.q("DROP TABLE IF EXISTS bench_opaque")
+        self.q(f"CREATE TABLE bench_opaque AS SELECT i AS id, snowflake_to_opaque(i) AS t"
+               f" FROM (SELECT snowflake_nextval() i FROM generate_series(1, {n})) s")
+        self.q("VACUUM ANALYZE bench_opaque")
+        forms = {
+            "count(id): the scan alone": "SELECT count(id) FROM bench_opaque",
+            "snowflake_to_opaque(id)": "SELECT count(snowflake_to_opaque(id)) FROM bench_opaque",
+            "snowflake_from_opaque(text)": "SELECT count(snowflake_from_opaque(t)) FROM bench_opaque",
+            "snowflake_to_text(id, 'base62')": "SELECT count(snowflake_to_text(id, 'base62')) FROM bench_opaque",
+            "snowflake_id_to_uuid(id)": "SELECT count(snowflake_id_to_uuid(id)) FROM bench_opaque",
+        }
+        times = {f: [] for f in forms}
+        for rep in range(self.args.reps):
+            for f in random.sample(list(forms), len(forms)):
+                times[f].append(self.timed(forms[f]))
+        self.q("DROP TABLE bench_opaque")
+        scan = median(times["count(id): the scan alone"])
+        return {f: {"n": n, "ns_per_call": (median(t) - scan) / n * 1e9, "seconds": median(t)} for f, t in times.items()}
 
     # Case 4 --------------------------------------------------------------
     def batch(self):
@@ -364,6 +399,8 @@ def targets(r):
     out.append(("Per call: ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
     x = ns[SEQ] / ns[SF]
     out.append(("Per call: ≥ 2× faster than sequence nextval()", f"{x:.2f}× faster", x >= 2))
+    x = ns[UUID7] / ns[SFU]
+    out.append(("Per call: snowflake_uuidv7() ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
     multi = [n for n in conc["bulk"][SF] if int(n) >= 2]
     worst = min(conc["bulk"][SF][n]["ids_per_s"] / conc["bulk"][SEQ][n]["ids_per_s"] for n in multi)
     out.append(("Bulk, 2+ clients: throughput ≥ 3× sequence nextval()", f"{worst:.2f}× (worst client count)", worst >= 3))
@@ -373,6 +410,12 @@ def targets(r):
     out.append(("Fill: no slower than an identity column", f"{x:.2f}× its time", x <= 1))
     x = fill[UUID7]["seconds"] / fill[SF]["seconds"]
     out.append(("Fill: ≥ 1.5× faster than uuidv7()", f"{x:.2f}× faster", x >= 1.5))
+    x = fill[SFU]["seconds"] / fill[UUID7]["seconds"]
+    out.append(("Fill: snowflake_uuidv7() no slower than uuidv7()", f"{x:.2f}× its time", x <= 1))
+    at_2 = {k: conc["bulk"][k].get(2, conc["bulk"][k].get("2")) for k in (SFU, UUID7)}
+    if at_2[SFU] and at_2[UUID7]:
+        two = at_2[SFU]["ids_per_s"] / at_2[UUID7]["ids_per_s"]
+        out.append(("Bulk, 2 clients: snowflake_uuidv7() throughput ≥ uuidv7()'s", f"{two:.2f}×", two >= 1))
     x = fill[SF]["index_bytes"] / fill[IDENT]["index_bytes"]
     out.append(("Fill: primary-key index ≤ identity column's", f"{x:.2f}× its size", x <= 1))
     x = fill[SF]["index_bytes"] / fill[UUID7]["index_bytes"]
@@ -483,6 +526,17 @@ def markdown(r):
     ]
     for form, v in batch.items():
         lines.append(f"| {form} | " + " | ".join(f"{v[n]:.0f}" for n in sizes) + " |")
+    if "opaque" in r:
+        n = next(iter(r["opaque"].values()))["n"]
+        lines += [
+            "",
+            f"## 4b. Serving an ID: opaque text, order-keeping text, UUID ({n:,} stored IDs; ns per call above the scan)",
+            "",
+            "| Form | Query time | ns per call |",
+            "|---|---:|---:|",
+        ]
+        for form, v in r["opaque"].items():
+            lines.append(f"| {form} | {v['seconds']:.3f} s | {v['ns_per_call']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -495,7 +549,7 @@ def plots(r, out_dir):
     names = [c.name for c in COMPETITORS]
     # snowflake_id in red, the floors in gray, the others in colours without red.
     others = iter(["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:olive"])
-    colors = ["tab:red" if n == SF else "tab:gray" if n == RANDOM else next(others) for n in names]
+    colors = ["tab:red" if n == SF else "darkred" if n == SFU else "tab:gray" if n == RANDOM else next(others) for n in names]
 
     fig, ax = plt.subplots(figsize=(8, 4))
     per_call = names + [CLOCK.name]
@@ -569,7 +623,8 @@ def main():
     p.add_argument("--batch-ids", type=int, default=2 * MILLION, help="IDs per batch-case measurement")
     p.add_argument("--batch-statements", type=int, default=20_000, help="most statements per batch measurement")
     p.add_argument("--replot", action="store_true", help="only redraw the plots from results.json")
-    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch"],
+    p.add_argument("--opaque-ids", type=int, default=200_000, help="stored IDs of the opaque case")
+    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch", "opaque"],
                    help="run these cases and merge them into the existing results")
     p.add_argument("--latency-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-latency"),
                    help="where bench/latency.c is compiled to")
@@ -608,7 +663,15 @@ def main():
             srv.sql(f.read())
         bench = Bench(srv, args)
         result = {"machine": machine(srv), "args": vars(args)}
-        cases = args.only or ["per_call", "concurrency", "fill", "batch"]
+        # A key for the opaque IDs, as an operator sets one up (README).
+        keys = os.path.join(srv.data, "opaque.keys")
+        with open(keys, "w") as f:
+            f.write(f"1 {secrets.token_hex(32)}\n")
+        shutil.chown(keys, "postgres", "postgres")
+        os.chmod(keys, 0o600)
+        srv.sql("ALTER SYSTEM SET snowflake_id.opaque_keys_file = 'opaque.keys'")
+        srv.reload_and_wait()
+        cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque"]
         for case in cases:
             print(f"==> {case}", flush=True)
             result[case] = getattr(bench, case)()

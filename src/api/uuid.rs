@@ -25,13 +25,13 @@ fn server_layout() -> &'static Layout {
 /// process forked from one that had seeded it must not repeat its stream.
 static FILLER: ProcessLocal<RefCell<Option<(i32, Filler)>>> = ProcessLocal(RefCell::new(None));
 
-/// 128 random bits for the filler of a new UUID.
+/// `n` random bits for the filler of a new UUID.
 #[inline]
-fn random_filler() -> u128 {
+fn random_filler(n: u32) -> u128 {
     let pid = crate::pg::process::pid();
     let mut filler = FILLER.0.borrow_mut();
     match filler.as_mut() {
-        Some((p, f)) if *p == pid => f.next(),
+        Some((p, f)) if *p == pid => f.bits(n),
         _ => {
             let mut seed = [0u8; 32];
             // SAFETY: writes exactly seed.len() bytes into seed.
@@ -44,7 +44,7 @@ fn random_filler() -> u128 {
                 ));
             }
             let (_, f) = filler.insert((pid, Filler::new(seed)));
-            f.next()
+            f.bits(n)
         }
     }
 }
@@ -57,7 +57,8 @@ fn random_filler() -> u128 {
 #[pg_extern(volatile, parallel_safe)]
 fn snowflake_uuidv7() -> Uuid {
     let (cfg, id) = issue::next();
-    let u = uuid::from_id(&cfg.layout, id, random_filler()).or_raise();
+    let filler = random_filler(uuid::random_bits(&cfg.layout));
+    let u = uuid::from_id(&cfg.layout, id, filler).or_raise();
     Uuid::from_bytes(u)
 }
 

@@ -2,7 +2,7 @@
 
 Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
 ORM, drizzle-kit; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
-checks its own results and exits non-zero on any wrong ID. Here each runs
+checks its own results (uuid keys and opaque IDs in uuid_and_opaque.py) and exits non-zero on any wrong ID. Here each runs
 against a real server, with the libraries pinned in tests/clients/apps/node's lock
 file and tests/drivers/requirements.txt, as `app`: a role that is no
 superuser, owns its database, may create databases (Django's test runner
@@ -16,6 +16,8 @@ block of docs/applications.md is a fragment of a recipe file."""
 import glob
 import os
 import re
+import secrets
+import shutil
 import subprocess
 
 import pytest
@@ -34,6 +36,7 @@ PYTHON_RECIPES = [
     ("sqlalchemy_app", ["flush_batch.py"]),
     ("sqlalchemy_app", ["check_alembic.py"]),
     (".", ["drivers_ids.py"]),
+    (".", ["uuid_and_opaque.py"]),
 ]
 
 
@@ -48,6 +51,14 @@ def run(cwd, command, env):
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_every_recipe_as_an_application_role(layout):
     with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
+        # The operator's part of opaque IDs: a key file only the server reads.
+        keys = os.path.join(s.data, "opaque.keys")
+        with open(keys, "w") as f:
+            f.write(f"1 {secrets.token_hex(32)}\n")
+        shutil.chown(keys, "postgres", "postgres")
+        os.chmod(keys, 0o600)
+        s.sql("ALTER SYSTEM SET snowflake_id.opaque_keys_file = 'opaque.keys'")
+        s.reload_and_wait()
         env = {**os.environ, **application_role(s, createdb=True), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PGPASSWORD", None)
         for recipe in NODE_RECIPES:
