@@ -111,6 +111,10 @@ CREATE FUNCTION @extschema@.snowflake_from_opaque(text text) RETURNS bigint
 STRICT STABLE PARALLEL RESTRICTED
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_opaque_wrapper';
 
+CREATE FUNCTION @extschema@.snowflake_from_opaque_or_null(text text) RETURNS bigint
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_from_opaque_or_null_wrapper';
+
 REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
 

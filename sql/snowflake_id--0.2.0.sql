@@ -49,7 +49,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/opaque.rs:20
+-- src/api/opaque.rs:21
 -- snowflake_id::api::opaque::snowflake_from_opaque
 CREATE  FUNCTION "snowflake_from_opaque"(
 	"text" text /* Text */
@@ -57,6 +57,17 @@ CREATE  FUNCTION "snowflake_from_opaque"(
 STRICT STABLE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_from_opaque_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/opaque.rs:30
+-- snowflake_id::api::opaque::snowflake_from_opaque_or_null
+CREATE  FUNCTION "snowflake_from_opaque_or_null"(
+	"text" text /* Text */
+) RETURNS bigint /* Option < i64 > */
+STRICT STABLE PARALLEL RESTRICTED
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_from_opaque_or_null_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -95,7 +106,7 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:67
+-- src/api/uuid.rs:68
 -- snowflake_id::api::uuid::snowflake_id_to_uuid
 CREATE  FUNCTION "snowflake_id_to_uuid"(
 	"id" bigint /* i64 */
@@ -106,7 +117,7 @@ AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:73
+-- src/api/uuid.rs:74
 -- snowflake_id::api::uuid::snowflake_id_to_uuid
 CREATE  FUNCTION "snowflake_id_to_uuid"(
 	"id" bigint, /* i64 */
@@ -210,7 +221,7 @@ AS 'MODULE_PATHNAME', 'snowflake_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/opaque.rs:13
+-- src/api/opaque.rs:14
 -- snowflake_id::api::opaque::snowflake_to_opaque
 CREATE  FUNCTION "snowflake_to_opaque"(
 	"id" bigint /* i64 */
@@ -233,7 +244,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:95
+-- src/api/uuid.rs:96
 -- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
 CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
 	"ts" timestamp with time zone /* TimestampWithTimeZone */
@@ -244,7 +255,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:101
+-- src/api/uuid.rs:102
 -- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
 CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
 	"ts" timestamp with time zone, /* TimestampWithTimeZone */
@@ -256,7 +267,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:80
+-- src/api/uuid.rs:81
 -- snowflake_id::api::uuid::snowflake_uuid_to_id
 CREATE  FUNCTION "snowflake_uuid_to_id"(
 	"uuid" uuid /* Uuid */
@@ -267,7 +278,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:86
+-- src/api/uuid.rs:87
 -- snowflake_id::api::uuid::snowflake_uuid_to_id
 CREATE  FUNCTION "snowflake_uuid_to_id"(
 	"uuid" uuid, /* Uuid */
@@ -388,30 +399,6 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
 
 -- The view beside the claims, in the extension's own schema (see claims.sql).
 CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake_status();
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/admin.rs:36
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_status
---   convert::snowflake_convert
-
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -570,5 +557,29 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:36
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- Both move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

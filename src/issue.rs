@@ -273,6 +273,11 @@ pub fn last() -> Option<i64> {
     LAST.0.get()
 }
 
+/// Forgets the last ID drawn (`DISCARD ALL`, `DISCARD SEQUENCES`).
+pub fn forget_last() {
+    LAST.0.set(None);
+}
+
 /// The next ID of this server (see `snowflake_nextval`).
 #[inline]
 pub fn next_id() -> i64 {

@@ -1,7 +1,9 @@
 //! The keys of opaque IDs, as this process holds them: read from the file
 //! `snowflake_id.opaque_keys_file` names when first needed, and again after
 //! a reload of the configuration (how keys are rotated) or a change of the
-//! setting.
+//! setting. A file that cannot be used at a reload leaves this process with
+//! the keys it had (a typo in a rotation must not break every link); one
+//! that could not be used is read again as soon as it changes.
 //!
 //! The keys never leave this module but as the ciphers that use them: no
 //! function returns them, the setting holds a path (superuser-only, as
@@ -43,7 +45,18 @@ pub fn define() {
 struct Loaded {
     path: String,
     reloaded_at: pg_sys::TimestampTz,
+    /// The file as it was when read, to notice a fix of a broken one.
+    stamp: Option<Stamp>,
     keys: Result<Rc<Keys>, Failure>,
+}
+
+/// What tells one version of a file from another: device, inode, size and
+/// modification time (to the nanosecond).
+type Stamp = (u64, u64, u64, i64, i64);
+
+fn stamp(path: &str) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 static LOADED: ProcessLocal<RefCell<Option<Loaded>>> = ProcessLocal(RefCell::new(None));
@@ -58,17 +71,42 @@ pub fn keys() -> Result<Rc<Keys>, Failure> {
     // SAFETY: a plain global Postgres sets on every load of the files.
     let reloaded_at = unsafe { pg_sys::PgReloadTime };
     let mut loaded = LOADED.0.borrow_mut();
-    let fresh = loaded
-        .as_ref()
-        .is_some_and(|l| l.path == path && l.reloaded_at == reloaded_at);
-    if !fresh {
-        let keys = load(&path).map(Rc::new).map_err(|why| {
-            log(why, PgLogLevel::LOG_SERVER_ONLY);
-            unusable(&path)
-        });
+    let due = match loaded.as_ref() {
+        None => true,
+        Some(l) if l.path != path || l.reloaded_at != reloaded_at => true,
+        Some(l) => l.keys.is_err() && stamp(&path) != l.stamp,
+    };
+    if due {
+        let before = loaded.take();
+        let file = stamp(&path);
+        let keys = match load(&path) {
+            Ok(keys) => Ok(Rc::new(keys)),
+            Err(why) => {
+                log(why, PgLogLevel::LOG_SERVER_ONLY);
+                match before {
+                    Some(Loaded {
+                        path: p,
+                        keys: Ok(kept),
+                        ..
+                    }) if p == path && !path.is_empty() => {
+                        log(
+                            Failure::new(
+                                Class::Warning,
+                                "this session keeps the opaque ID keys it read before the file became unusable",
+                            )
+                            .hint("Fix the file and reload the configuration: sessions that start before then have no keys."),
+                            PgLogLevel::LOG_SERVER_ONLY,
+                        );
+                        Ok(kept)
+                    }
+                    _ => Err(unusable(&path)),
+                }
+            }
+        };
         *loaded = Some(Loaded {
             path,
             reloaded_at,
+            stamp: file,
             keys,
         });
     }

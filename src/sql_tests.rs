@@ -285,6 +285,7 @@ mod tests {
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
                 "snowflake_from_opaque(text) s1r",
+                "snowflake_from_opaque_or_null(text) s1r",
                 "snowflake_from_text(text,text) i1s",
                 "snowflake_from_timestamp(timestamp with time zone) s1s",
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",

@@ -4,11 +4,14 @@
 //! (RFC 9562, section 5.7). The ID's tick goes into `unix_ts_ms` as the
 //! Unix millisecond it starts at, which is what `uuid_extract_timestamp()`
 //! reads; the ID's bits below the time (worker and sequence, in the layout's
-//! order) go into the top of the 74 bits of `rand_a | rand_b`; what is left
-//! below them is filler: random for a new UUID, zero for the UUID an
-//! existing ID is given. Ticks map to milliseconds one to one and in order,
-//! and the low bits keep their order above the filler, so UUIDs compare as
-//! their IDs do, and the ID is read back exactly whatever the filler.
+//! order) go into the top of the 74 bits of `rand_a | rand_b`; then 16 bits
+//! that check the ID (a fixed mix of it: a UUIDv7 made elsewhere, whose
+//! bits there are random, is refused but once in 65,536, instead of read as
+//! an ID it never held); what is left below is filler: random for a new
+//! UUID, zero for the UUID an existing ID is given. Ticks map to
+//! milliseconds one to one and in order, and the ID's bits keep their order
+//! above the rest, so UUIDs compare as their IDs do, and the ID is read
+//! back exactly whatever the filler.
 
 use crate::failure::{Class, Failure};
 use crate::layout::Layout;
@@ -22,6 +25,26 @@ const FIELD_BITS: u32 = 74;
 const RAND_B_BITS: u32 = 62;
 /// The largest `unix_ts_ms`.
 const MAX_UNIX_MS: i64 = (1 << 48) - 1;
+/// Bits that check the ID, below it (fewer where the layout leaves fewer).
+const CHECK_BITS: u32 = 16;
+
+fn mask(bits: u32) -> u128 {
+    (1u128 << bits) - 1
+}
+
+fn check_bits(layout: &Layout) -> u32 {
+    CHECK_BITS.min(FIELD_BITS - layout.low_bits())
+}
+
+/// The check of an ID: SplitMix64's finalizer (a fixed bijective mix, not a
+/// secret: it tells UUIDs of ours from others' random bits, it does not
+/// authenticate).
+fn check_of(id: u64, bits: u32) -> u128 {
+    let mut z = id ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    u128::from(z ^ (z >> 31)) & mask(bits)
+}
 
 /// Packs the time and the 74-bit field with version 7 and the RFC variant.
 fn pack(unix_ms: u64, field: u128) -> [u8; 16] {
@@ -42,9 +65,8 @@ fn unpack(uuid: &[u8; 16]) -> Option<(i64, u128)> {
     })
 }
 
-/// The UUID of `id` under `layout`, with `filler`'s low bits below the ID's
-/// own (all of them random for a new UUID, zero for a deterministic one).
-pub fn from_id(layout: &Layout, id: i64, filler: u128) -> Result<[u8; 16], Failure> {
+/// The Unix millisecond `id`'s tick starts at, if a UUIDv7 can hold it.
+fn unix_ms_of(layout: &Layout, id: i64) -> Result<u64, Failure> {
     let unix_ms = layout.decode(id)?.unix_ms;
     if !(0..=MAX_UNIX_MS).contains(&unix_ms) {
         return Err(Failure::new(
@@ -58,11 +80,20 @@ pub fn from_id(layout: &Layout, id: i64, filler: u128) -> Result<[u8; 16], Failu
         .detail("A UUIDv7 holds Unix milliseconds from 1970 to 10889.")
         .hint("Keep IDs of this layout as bigint."));
     }
-    let low = layout.low_bits();
-    let below = FIELD_BITS - low;
-    let rest = u128::from(id as u64) & ((1u128 << low) - 1);
-    let field = (rest << below) | (filler & ((1u128 << below) - 1));
-    Ok(pack(unix_ms as u64, field))
+    Ok(unix_ms as u64)
+}
+
+/// The UUID of `id` under `layout`, with `filler`'s low bits (as many as
+/// [`random_bits`]) below the ID's own and its check (random for a new
+/// UUID, zero for a deterministic one).
+pub fn from_id(layout: &Layout, id: i64, filler: u128) -> Result<[u8; 16], Failure> {
+    let unix_ms = unix_ms_of(layout, id)?;
+    let (low, check, random) = (layout.low_bits(), check_bits(layout), random_bits(layout));
+    let rest = u128::from(id as u64) & mask(low);
+    let field = (rest << (check + random))
+        | (check_of(id as u64, check) << random)
+        | (filler & mask(random));
+    Ok(pack(unix_ms, field))
 }
 
 /// The ID a UUID made by [`from_id`] under `layout` holds, whatever its
@@ -110,14 +141,20 @@ pub fn to_id(layout: &Layout, uuid: &[u8; 16]) -> Result<i64, Failure> {
     if layout.total_bits() < 64 && id > i64::MAX as u64 {
         return Err(not_ours("its ID would not be a non-negative bigint".into()));
     }
+    let (check, random) = (check_bits(layout), random_bits(layout));
+    if (field >> random) & mask(check) != check_of(id, check) {
+        return Err(not_ours(
+            "the bits below its ID do not check it, as they do in every UUID snowflake_id makes (a UUIDv7 made elsewhere?)".into(),
+        ));
+    }
     Ok(id as i64)
 }
 
-/// The smallest UUID any worker's ID can have in the tick of `unix_us`:
+/// The smallest UUIDv7 of the tick of `unix_us` (its `rand` bits all zero):
 /// `u >= lower_bound(t)` selects the UUIDs of IDs made at or after `t`'s
-/// tick. Also a bound for any UUIDv7 at millisecond ticks (`rand` all zero).
+/// tick; with millisecond ticks, those of any UUIDv7 made at or after `t`.
 pub fn lower_bound(layout: &Layout, unix_us: i128) -> Result<[u8; 16], Failure> {
-    from_id(layout, layout.lower_bound(unix_us)?, 0)
+    Ok(pack(unix_ms_of(layout, layout.lower_bound(unix_us)?)?, 0))
 }
 
 /// A UUID in its usual text form, for messages.
@@ -133,9 +170,10 @@ pub fn format_uuid(uuid: &[u8; 16]) -> String {
     )
 }
 
-/// How many random bits a new UUID of `layout` holds below its ID's bits.
+/// How many random bits a new UUID of `layout` holds below its ID's bits
+/// and their check: 42 in the default layout.
 pub fn random_bits(layout: &Layout) -> u32 {
-    FIELD_BITS - layout.low_bits()
+    FIELD_BITS - layout.low_bits() - check_bits(layout)
 }
 
 /// The random filler of new UUIDs: AES-128 in counter mode under a key the
@@ -320,10 +358,38 @@ mod tests {
         let t = (l.epoch_ms() + 1_000_007) as i128 * 1000;
         let b = lower_bound(&l, t).unwrap();
         let first = from_id(&l, l.lower_bound(t).unwrap(), 0).unwrap();
-        assert_eq!(b, first);
+        assert!(b <= first);
         let before = from_id(&l, l.lower_bound(t).unwrap() - 1, u128::MAX).unwrap();
         assert!(before < b);
-        assert_eq!(unpack(&b).unwrap().0, l.epoch_ms() + 1_000_000);
+        assert_eq!(unpack(&b), Some((l.epoch_ms() + 1_000_000, 0)));
+    }
+
+    #[test]
+    fn uuidv7s_made_elsewhere_are_refused_by_their_check() {
+        // UUIDv7s as another generator makes them: this layout's time, random bits.
+        let l = layout("snowflake_id");
+        let mut f = Filler::new([9; 32]);
+        let ms = (l.epoch_ms() + 1_000_000_000) as u64;
+        let passed = (0..100_000)
+            .filter(|_| to_id(&l, &pack(ms, f.bits(74))).is_ok())
+            .count();
+        // One in 65,536 passes by chance: 1.5 expected, 8 or more once in 10^5 runs.
+        assert!(passed < 8, "{passed} of 100,000 foreign UUIDs read as IDs");
+        let e = to_id(&l, &pack(ms, 1)).unwrap_err();
+        assert!(e.message.contains("do not check it"), "{}", e.message);
+        // Any bit of the ID or of its check changed: refused.
+        let u = from_id(&l, (1_000_000 << 22) | 77, 0).unwrap();
+        for f in 36..74 {
+            // Field bit f: rand_b's below 62, rand_a's (past the variant) above.
+            let pos = if f < 62 { f } else { f + 2 };
+            let v = u128::from_be_bytes(u) ^ (1 << pos);
+            assert!(to_id(&l, &v.to_be_bytes()).is_err(), "field bit {f}");
+        }
+        // The random bits are not checked: any filler reads back.
+        assert_eq!(
+            to_id(&l, &from_id(&l, (1_000_000 << 22) | 77, u128::MAX).unwrap()).unwrap(),
+            (1_000_000 << 22) | 77
+        );
     }
 
     #[test]
@@ -337,7 +403,7 @@ mod tests {
         assert_ne!(xs[0], c.bits(128));
         // Fewer bits are the low bits of a word, the rest zero.
         assert!((0..1000).all(|_| a.bits(52) >> 52 == 0));
-        assert_eq!(random_bits(&layout("snowflake_id")), 52);
+        assert_eq!(random_bits(&layout("snowflake_id")), 36);
         let mut sorted = xs.clone();
         sorted.sort_unstable();
         sorted.dedup();

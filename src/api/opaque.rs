@@ -1,5 +1,6 @@
 //! Opaque IDs for public URLs: `snowflake_to_opaque(id)` and
-//! `snowflake_from_opaque(text)`, under the keys of `crate::opaque`.
+//! `snowflake_from_opaque(text)` (and its form that answers NULL), under the
+//! keys of `crate::opaque`.
 
 use crate::opaque::keys;
 use crate::pg::error::OrRaise;
@@ -20,4 +21,13 @@ fn snowflake_to_opaque(id: i64) -> String {
 #[pg_extern(stable, strict, parallel_restricted)]
 fn snowflake_from_opaque(text: Text) -> i64 {
     keys().or_raise().decode(text.as_str()).or_raise()
+}
+
+/// As `snowflake_from_opaque(text)`, but NULL for text that is no opaque ID
+/// of ours: for public lookups (`WHERE id = snowflake_from_opaque_or_null($1)`
+/// finds no row), where an error per bad link would fill the server log and
+/// abort the caller's transaction. A missing key is still an error.
+#[pg_extern(stable, strict, parallel_restricted)]
+fn snowflake_from_opaque_or_null(text: Text) -> Option<i64> {
+    keys().or_raise().decode(text.as_str()).ok()
 }

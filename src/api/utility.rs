@@ -1,7 +1,9 @@
 //! The one utility hook of the extension: what it checks or arranges around
 //! commands others run. A Citus reference table is kept from diverging
-//! (`citus::refuse_divergent_default`) and the claims worker leaves the
-//! databases that commands need to themselves (`claims::away::around`).
+//! (`citus::refuse_divergent_default`), the claims worker leaves the
+//! databases that commands need to themselves (`claims::away::around`), and
+//! `DISCARD ALL` / `DISCARD SEQUENCES` forget `snowflake_lastval()`, as they
+//! make `lastval()` forget (a pooler's reset between clients).
 //!
 //! Installed last among the preloaded libraries' hooks when the library is
 //! listed after `citus`, so it runs before Citus carries a command to the
@@ -9,6 +11,7 @@
 
 use crate::bgworkers::claims::away;
 use crate::citus;
+use crate::issue;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -28,6 +31,27 @@ fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) 
     // SAFETY: the statement Postgres is about to run, unchanged.
     unsafe { citus::refuse_divergent_default(stmt) };
     away::around(stmt, run);
+    // After the command: one refused (inside a transaction block) forgets nothing.
+    // SAFETY: as above.
+    if unsafe { discards_sequences(stmt) } {
+        issue::forget_last();
+    }
+}
+
+/// Whether `stmt` is `DISCARD ALL` or `DISCARD SEQUENCES`.
+///
+/// # Safety
+/// `stmt` is null or a valid node.
+unsafe fn discards_sequences(stmt: *mut pg_sys::Node) -> bool {
+    // SAFETY: a DiscardStmt node, by its tag.
+    unsafe {
+        !stmt.is_null()
+            && pgrx::is_a(stmt, pg_sys::NodeTag::T_DiscardStmt)
+            && matches!(
+                (*stmt.cast::<pg_sys::DiscardStmt>()).target,
+                pg_sys::DiscardMode::DISCARD_ALL | pg_sys::DiscardMode::DISCARD_SEQUENCES
+            )
+    }
 }
 
 // The hook's arguments changed in 14 (readOnlyTree): one definition each.

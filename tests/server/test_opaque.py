@@ -7,26 +7,35 @@ server log and from error messages."""
 import os
 import pwd
 import secrets
+import shutil
 
 import psycopg2
-from harness import application_role, server
+from harness import WORK, _as_postgres, application_role, server
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-KEYS = "opaque.keys"  # in the data directory: base backups carry it to standbys
+KEYS = "opaque.keys"
 
 
-def write_keys(srv, text, mode=0o600):
-    path = os.path.join(srv.data, KEYS)
-    with open(path, "w") as f:
+def keys_path(srv, inside=False):
+    """Outside the data directory, as the README advises (a base backup, which
+    any REPLICATION role may take, copies everything inside)."""
+    return os.path.join(srv.data if inside else srv.dir, KEYS)
+
+
+def write_keys(srv, text, mode=0o600, inside=False):
+    """Writes the file whole, then renames it into place, as the README says to."""
+    path = keys_path(srv, inside)
+    with open(path + ".new", "w") as f:
         f.write(text)
     pw = pwd.getpwnam("postgres")
-    os.chown(path, pw.pw_uid, pw.pw_gid)
-    os.chmod(path, mode)
+    os.chown(path + ".new", pw.pw_uid, pw.pw_gid)
+    os.chmod(path + ".new", mode)
+    os.replace(path + ".new", path)
 
 
-def use_keys(srv, text, mode=0o600):
-    write_keys(srv, text, mode)
-    srv.set_conf(snowflake_id__opaque_keys_file=f"'{KEYS}'")
+def use_keys(srv, text, mode=0o600, inside=False):
+    write_keys(srv, text, mode, inside)
+    srv.set_conf(snowflake_id__opaque_keys_file=f"'{keys_path(srv, inside)}'")
     srv.reload_and_wait()
 
 
@@ -124,7 +133,7 @@ def test_the_key_is_out_of_reach_of_every_role_but_the_superuser():
         srv.sql("CREATE ROLE settings_reader LOGIN IN ROLE pg_read_all_settings")
         srv.sql("CREATE ROLE monitor LOGIN IN ROLE pg_monitor")
         srv.sql("GRANT CONNECT ON DATABASE appdb TO settings_reader, monitor")
-        path = os.path.join(srv.data, KEYS)
+        path = keys_path(srv)
         seen = []
         for user in ("app", "settings_reader", "monitor"):
             conn = srv.connect(dbname="appdb", user=user)
@@ -169,3 +178,52 @@ def test_the_key_is_out_of_reach_of_every_role_but_the_superuser():
         assert "line 1 of the opaque ID key file has a key that is not 64 hex digits" in log
         assert "can be read by others than the server (mode 0644)" in log
         assert key[:-1] not in log, "the key reached the server log"
+
+
+def test_public_lookups_answer_null_and_a_broken_reload_keeps_the_keys_sessions_have():
+    with server("opaque-availability") as srv:
+        application_role(srv)
+        code, _, _, _ = error_of(app(srv), "SELECT snowflake_from_opaque_or_null('x')")
+        assert code == "55000", "no key is an error even for the NULL form"
+        key = secrets.token_hex(32)
+        use_keys(srv, f"1 {key}\n")
+        early = app(srv)
+        early.execute("SELECT snowflake_to_opaque(77)")
+        good = early.fetchone()[0]
+        early.execute("SELECT snowflake_from_opaque_or_null(%s), snowflake_from_opaque_or_null(%s),"
+                      " snowflake_from_opaque_or_null('')", (good, good[:-1] + ("A" if good[-1] != "A" else "B")))
+        assert early.fetchone() == (77, None, None)
+        # A typo in a rotation, then a reload: sessions that had keys keep them.
+        use_keys(srv, f"1 {key}\n2 {secrets.token_hex(31)}\n")
+        early.execute("SELECT snowflake_from_opaque(%s)", (good,))
+        assert early.fetchone()[0] == 77
+        assert "keeps the opaque ID keys it read before" in srv.log_text()
+        # A session that starts now has none, until the file is fixed: then
+        # it reads it again at its next call, without waiting for a reload.
+        late = app(srv)
+        assert error_of(late, "SELECT snowflake_from_opaque(%s)", (good,))[0] == "55000"
+        write_keys(srv, f"1 {key}\n")
+        late.execute("SELECT snowflake_from_opaque(%s)", (good,))
+        assert late.fetchone()[0] == 77
+
+
+def test_a_replication_role_copies_a_key_file_inside_the_data_directory_only():
+    with server("opaque-backup") as srv:
+        key_out, key_in = secrets.token_hex(32), secrets.token_hex(32)
+        write_keys(srv, f"1 {key_in}\n", inside=True)
+        use_keys(srv, f"1 {key_out}\n")
+        srv.sql("CREATE ROLE cdc LOGIN REPLICATION")
+        backup = os.path.join(WORK, "opaque-backup-copy")
+        shutil.rmtree(backup, ignore_errors=True)
+        _as_postgres([f"{srv.bin}/pg_basebackup", "-h", srv.dir, "-p", str(srv.port), "-U", "cdc",
+                      "-D", backup, "-X", "none", "-c", "fast", "--no-sync"])
+        try:
+            copied = ""
+            for root, _, files in os.walk(backup):
+                for f in files:
+                    with open(os.path.join(root, f), errors="replace") as fh:
+                        copied += fh.read() if f == KEYS else ""
+            assert key_in in copied, "the file inside the data directory was not in the backup"
+            assert key_out not in copied
+        finally:
+            shutil.rmtree(backup, ignore_errors=True)

@@ -23,6 +23,8 @@ SELECT snowflake_lastval() = snowflake_uuid_to_id(u) AS lastval_is_the_uuids_id 
 -- Refusals: a UUID that holds no ID of the layout, an ID outside it.
 SELECT snowflake_uuid_to_id('8e2c6f6a-3f1b-4c2d-9e5f-0a1b2c3d4e5f');
 SELECT snowflake_uuid_to_id('018cc251-f400-7000-8000-000000000000');
+-- A UUIDv7 of the layout's time made elsewhere: its check bits do not match.
+SELECT snowflake_uuid_to_id('019b76da-a87b-7a3c-9f1e-5d2c4b6a8e90');
 -- (A UUID holds no layout: one whose millisecond is no tick of another layout is refused there.)
 SELECT snowflake_uuid_to_id(snowflake_id_to_uuid(snowflake_from_timestamp('2026-01-01 00:00:00.123+00', 'snowflake_id'), 'snowflake_id'), 'sonyflake');
 SELECT snowflake_id_to_uuid(-1);
