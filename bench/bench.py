@@ -663,13 +663,14 @@ def main():
             srv.sql(f.read())
         bench = Bench(srv, args)
         result = {"machine": machine(srv), "args": vars(args)}
-        # A key for the opaque IDs, as an operator sets one up (README).
-        keys = os.path.join(srv.data, "opaque.keys")
+        # A key for the opaque IDs, as an operator sets one up (README:
+        # outside the data directory).
+        keys = os.path.join(srv.dir, "opaque.keys")
         with open(keys, "w") as f:
             f.write(f"1 {secrets.token_hex(32)}\n")
         shutil.chown(keys, "postgres", "postgres")
         os.chmod(keys, 0o600)
-        srv.sql("ALTER SYSTEM SET snowflake_id.opaque_keys_file = 'opaque.keys'")
+        srv.sql(f"ALTER SYSTEM SET snowflake_id.opaque_keys_file = '{keys}'")
         srv.reload_and_wait()
         cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque"]
         for case in cases:

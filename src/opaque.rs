@@ -1,8 +1,10 @@
 //! The keys of opaque IDs, as this process holds them: read from the file
 //! `snowflake_id.opaque_keys_file` names when first needed, and again after
 //! a reload of the configuration (how keys are rotated) or a change of the
-//! setting. A file that cannot be used at a reload leaves this process with
-//! the keys it had (a typo in a rotation must not break every link); one
+//! setting. A file that is there but cannot be used at a reload (a typo in
+//! a rotation, a mode too open) leaves this process with the keys it had,
+//! so that a mistake does not break every link; a file that is gone or
+//! cannot be opened takes them away (how every key is revoked at once). One
 //! that could not be used is read again as soon as it changes.
 //!
 //! The keys never leave this module but as the ciphers that use them: no
@@ -19,7 +21,7 @@ use snowflake_id_core::{Class, Failure};
 use std::cell::RefCell;
 use std::ffi::CString;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::rc::Rc;
 
 static KEYS_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -34,7 +36,7 @@ pub fn define() {
     GucRegistry::define_string_guc(
         c"snowflake_id.opaque_keys_file",
         c"The file of the secret keys of opaque IDs (snowflake_to_opaque, snowflake_from_opaque).",
-        c"Lines of '<key number 0-63> <64 hex digits> [decode-only]', readable by the server's user alone; a relative path is taken from the data directory. Reload the configuration after changing the file.",
+        c"Lines of '<key number 0-63> <64 hex digits> [decode-only]', readable by the server's user alone. Keep it outside the data directory: base backups copy that whole. Reload the configuration after changing the file.",
         &KEYS_FILE,
         GucContext::Sighup,
         GucFlags::SUPERUSER_ONLY,
@@ -50,13 +52,24 @@ struct Loaded {
     keys: Result<Rc<Keys>, Failure>,
 }
 
-/// What tells one version of a file from another: device, inode, size and
-/// modification time (to the nanosecond).
-type Stamp = (u64, u64, u64, i64, i64);
+/// What tells one version of a file from another: device, inode, size,
+/// modification and change times (to the nanosecond: a `chmod` or `chown`
+/// changes only the latter), mode and owner.
+type Stamp = (u64, u64, u64, i64, i64, i64, i64, u32, u32);
 
 fn stamp(path: &str) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    Some((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.mode(),
+        m.uid(),
+    ))
 }
 
 static LOADED: ProcessLocal<RefCell<Option<Loaded>>> = ProcessLocal(RefCell::new(None));
@@ -82,13 +95,15 @@ pub fn keys() -> Result<Rc<Keys>, Failure> {
         let keys = match load(&path) {
             Ok(keys) => Ok(Rc::new(keys)),
             Err(why) => {
+                // Gone or unopenable: revoked. There but wrong: a mistake.
+                let revoked = why.class == Class::Io;
                 log(why, PgLogLevel::LOG_SERVER_ONLY);
                 match before {
                     Some(Loaded {
                         path: p,
                         keys: Ok(kept),
                         ..
-                    }) if p == path && !path.is_empty() => {
+                    }) if p == path && !path.is_empty() && !revoked => {
                         log(
                             Failure::new(
                                 Class::Warning,
@@ -141,7 +156,12 @@ fn load(path: &str) -> Result<Keys, Failure> {
             format!("could not {what} the opaque ID key file \"{path}\": {e}"),
         )
     };
-    let file = std::fs::File::open(path).map_err(|e| io("open", e))?;
+    // Non-blocking: a FIFO named here must not hang the session.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| io("open", e))?;
     let meta = file.metadata().map_err(|e| io("stat", e))?;
     // SAFETY: geteuid has no preconditions.
     check_file_mode(meta.mode(), meta.uid(), unsafe { libc::geteuid() }).map_err(|f| Failure {

@@ -171,7 +171,7 @@ pub fn format_uuid(uuid: &[u8; 16]) -> String {
 }
 
 /// How many random bits a new UUID of `layout` holds below its ID's bits
-/// and their check: 42 in the default layout.
+/// and their check: 36 in the default layout.
 pub fn random_bits(layout: &Layout) -> u32 {
     FIELD_BITS - layout.low_bits() - check_bits(layout)
 }
@@ -373,7 +373,7 @@ mod tests {
         let passed = (0..100_000)
             .filter(|_| to_id(&l, &pack(ms, f.bits(74))).is_ok())
             .count();
-        // One in 65,536 passes by chance: 1.5 expected, 8 or more once in 10^5 runs.
+        // One in 65,536 passes by chance: 1.5 expected (the seed is fixed: the count is too).
         assert!(passed < 8, "{passed} of 100,000 foreign UUIDs read as IDs");
         let e = to_id(&l, &pack(ms, 1)).unwrap_err();
         assert!(e.message.contains("do not check it"), "{}", e.message);
@@ -414,6 +414,33 @@ mod tests {
     }
 
     proptest! {
+        /// Custom layouts at the edges (time fields of a few bits, up to 62
+        /// bits below the time and so fewer check bits, ticks of a second):
+        /// every ID maps back, and the order holds.
+        #[test]
+        fn custom_layouts_round_trip(time in 1u32..50, worker in 0u32..=31, sequence in 0u32..=31,
+                                     seconds in any::<bool>(), a in any::<u64>(), b in any::<u64>(),
+                                     fa in any::<u128>(), fb in any::<u128>()) {
+            prop_assume!(time + worker + sequence <= 63 && worker + sequence >= 1);
+            let unit = if seconds { "1s" } else { "1ms" };
+            let spec = format!("time={time},worker={worker},sequence={sequence},unit={unit},epoch=2025-01-01+00");
+            let l = Layout::from_argument(&spec);
+            prop_assume!(l.is_ok());
+            let l = l.unwrap();
+            let keep = |x: u64| {
+                let tick = (x >> 7) % (l.last_tick() + 1);
+                let tick = tick.min(((MAX_UNIX_MS - l.epoch_ms()) as u64) / l.unit_ms());
+                l.compose(Parts { tick, worker: x & l.max_worker(), sequence: (x >> 3) & l.max_sequence() }) as i64
+            };
+            let (a, b) = (keep(a), keep(b));
+            let (ua, ub) = (from_id(&l, a, fa).unwrap(), from_id(&l, b, fb).unwrap());
+            prop_assert_eq!(to_id(&l, &ua).unwrap(), a);
+            prop_assert_eq!(to_id(&l, &ub).unwrap(), b);
+            if a != b {
+                prop_assert_eq!(a.cmp(&b), ua.cmp(&ub));
+            }
+        }
+
         /// UUIDs compare as their IDs do, whatever their fillers, under
         /// every layout; and each maps back to its ID.
         #[test]

@@ -30,10 +30,11 @@ pub fn install() {
 fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
     // SAFETY: the statement Postgres is about to run, unchanged.
     unsafe { citus::refuse_divergent_default(stmt) };
+    // SAFETY: as above; read before the command runs.
+    let discards = unsafe { discards_sequences(stmt) };
     away::around(stmt, run);
     // After the command: one refused (inside a transaction block) forgets nothing.
-    // SAFETY: as above.
-    if unsafe { discards_sequences(stmt) } {
+    if discards {
         issue::forget_last();
     }
 }

@@ -51,13 +51,14 @@ def run(cwd, command, env):
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_every_recipe_as_an_application_role(layout):
     with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
-        # The operator's part of opaque IDs: a key file only the server reads.
-        keys = os.path.join(s.data, "opaque.keys")
+        # The operator's part of opaque IDs: a key file only the server
+        # reads, outside the data directory (as the README says).
+        keys = os.path.join(s.dir, "opaque.keys")
         with open(keys, "w") as f:
             f.write(f"1 {secrets.token_hex(32)}\n")
         shutil.chown(keys, "postgres", "postgres")
         os.chmod(keys, 0o600)
-        s.sql("ALTER SYSTEM SET snowflake_id.opaque_keys_file = 'opaque.keys'")
+        s.sql(f"ALTER SYSTEM SET snowflake_id.opaque_keys_file = '{keys}'")
         s.reload_and_wait()
         env = {**os.environ, **application_role(s, createdb=True), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PGPASSWORD", None)

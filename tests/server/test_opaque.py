@@ -218,12 +218,35 @@ def test_a_replication_role_copies_a_key_file_inside_the_data_directory_only():
         _as_postgres([f"{srv.bin}/pg_basebackup", "-h", srv.dir, "-p", str(srv.port), "-U", "cdc",
                       "-D", backup, "-X", "none", "-c", "fast", "--no-sync"])
         try:
-            copied = ""
+            # Every byte of the backup, not only a file of the key file's name.
+            found = {}
             for root, _, files in os.walk(backup):
                 for f in files:
-                    with open(os.path.join(root, f), errors="replace") as fh:
-                        copied += fh.read() if f == KEYS else ""
-            assert key_in in copied, "the file inside the data directory was not in the backup"
-            assert key_out not in copied
+                    with open(os.path.join(root, f), "rb") as fh:
+                        data = fh.read()
+                    for key in (key_in, key_out):
+                        if key.encode() in data:
+                            found.setdefault(key, []).append(os.path.relpath(os.path.join(root, f), backup))
+            assert found.get(key_in) == [KEYS], found
+            assert key_out not in found, found
         finally:
             shutil.rmtree(backup, ignore_errors=True)
+
+
+def test_deleting_the_file_revokes_every_key_at_the_next_reload():
+    with server("opaque-revoke") as srv:
+        application_role(srv)
+        use_keys(srv, f"1 {secrets.token_hex(32)}\n")
+        pooled = app(srv)
+        pooled.execute("SELECT snowflake_to_opaque(5)")
+        link = pooled.fetchone()[0]
+        os.remove(keys_path(srv))
+        srv.reload_and_wait()
+        # Even the session that had the keys: gone is revoked, not a mistake.
+        assert error_of(pooled, "SELECT snowflake_from_opaque(%s)", (link,))[0] == "55000"
+        # A mode too open is fixed by chmod alone: read again, no reload needed.
+        write_keys(srv, f"1 {secrets.token_hex(32)}\n", mode=0o644)
+        assert error_of(pooled, "SELECT snowflake_to_opaque(5)")[0] == "55000"
+        os.chmod(keys_path(srv), 0o600)
+        pooled.execute("SELECT length(snowflake_to_opaque(5))")
+        assert pooled.fetchone()[0] == 17
