@@ -29,7 +29,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from harness import PG_BIN, Server  # noqa: E402
+from harness import PG_BIN, Server, use_opaque_keys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -665,13 +665,7 @@ def main():
         result = {"machine": machine(srv), "args": vars(args)}
         # A key for the opaque IDs, as an operator sets one up (README:
         # outside the data directory).
-        keys = os.path.join(srv.dir, "opaque.keys")
-        with open(keys, "w") as f:
-            f.write(f"1 {secrets.token_hex(32)}\n")
-        shutil.chown(keys, "postgres", "postgres")
-        os.chmod(keys, 0o600)
-        srv.sql(f"ALTER SYSTEM SET snowflake_id.opaque_keys_file = '{keys}'")
-        srv.reload_and_wait()
+        use_opaque_keys(srv, f"1 {secrets.token_hex(32)}\n")
         cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque"]
         for case in cases:
             print(f"==> {case}", flush=True)

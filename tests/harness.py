@@ -294,6 +294,28 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def write_opaque_keys(s, text, mode=0o600, inside=False):
+    """Writes an opaque ID key file for `s` as its operator would: outside the
+    data directory unless `inside`, owned by postgres, written whole and
+    renamed into place. Returns its path."""
+    path = os.path.join(s.data if inside else s.dir, "opaque.keys")
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    _chown(path + ".new")
+    os.chmod(path + ".new", mode)
+    os.replace(path + ".new", path)
+    return path
+
+
+def use_opaque_keys(s, text):
+    """A key file for `s` (see write_opaque_keys), named in its configuration
+    with ALTER SYSTEM and reloaded."""
+    path = write_opaque_keys(s, text)
+    s.sql(f"ALTER SYSTEM SET snowflake_id.opaque_keys_file = '{path}'")
+    s.reload_and_wait()
+    return path
+
+
 def application_role(s, createdb=False):
     """Makes `s` hold what an application has: role `app`, no superuser, the
     owner of database `appdb`, where it creates the (trusted) extension itself.

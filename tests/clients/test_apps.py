@@ -17,12 +17,11 @@ import glob
 import os
 import re
 import secrets
-import shutil
 import subprocess
 
 import pytest
 
-from harness import REPO, application_role, drivers_python, server
+from harness import REPO, application_role, drivers_python, server, use_opaque_keys
 
 APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
@@ -53,13 +52,7 @@ def test_every_recipe_as_an_application_role(layout):
     with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
         # The operator's part of opaque IDs: a key file only the server
         # reads, outside the data directory (as the README says).
-        keys = os.path.join(s.dir, "opaque.keys")
-        with open(keys, "w") as f:
-            f.write(f"1 {secrets.token_hex(32)}\n")
-        shutil.chown(keys, "postgres", "postgres")
-        os.chmod(keys, 0o600)
-        s.sql(f"ALTER SYSTEM SET snowflake_id.opaque_keys_file = '{keys}'")
-        s.reload_and_wait()
+        use_opaque_keys(s, f"1 {secrets.token_hex(32)}\n")
         env = {**os.environ, **application_role(s, createdb=True), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PGPASSWORD", None)
         for recipe in NODE_RECIPES:

@@ -5,12 +5,11 @@ pg_settings (even with pg_read_all_settings), from the status, from the
 server log and from error messages."""
 
 import os
-import pwd
 import secrets
 import shutil
 
 import psycopg2
-from harness import WORK, _as_postgres, application_role, server
+from harness import WORK, _as_postgres, application_role, server, write_opaque_keys
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 KEYS = "opaque.keys"
@@ -22,19 +21,8 @@ def keys_path(srv, inside=False):
     return os.path.join(srv.data if inside else srv.dir, KEYS)
 
 
-def write_keys(srv, text, mode=0o600, inside=False):
-    """Writes the file whole, then renames it into place, as the README says to."""
-    path = keys_path(srv, inside)
-    with open(path + ".new", "w") as f:
-        f.write(text)
-    pw = pwd.getpwnam("postgres")
-    os.chown(path + ".new", pw.pw_uid, pw.pw_gid)
-    os.chmod(path + ".new", mode)
-    os.replace(path + ".new", path)
-
-
 def use_keys(srv, text, mode=0o600, inside=False):
-    write_keys(srv, text, mode, inside)
+    write_opaque_keys(srv, text, mode, inside)
     srv.set_conf(snowflake_id__opaque_keys_file=f"'{keys_path(srv, inside)}'")
     srv.reload_and_wait()
 
@@ -202,7 +190,7 @@ def test_public_lookups_answer_null_and_a_broken_reload_keeps_the_keys_sessions_
         # it reads it again at its next call, without waiting for a reload.
         late = app(srv)
         assert error_of(late, "SELECT snowflake_from_opaque(%s)", (good,))[0] == "55000"
-        write_keys(srv, f"1 {key}\n")
+        write_opaque_keys(srv, f"1 {key}\n")
         late.execute("SELECT snowflake_from_opaque(%s)", (good,))
         assert late.fetchone()[0] == 77
 
@@ -210,7 +198,7 @@ def test_public_lookups_answer_null_and_a_broken_reload_keeps_the_keys_sessions_
 def test_a_replication_role_copies_a_key_file_inside_the_data_directory_only():
     with server("opaque-backup") as srv:
         key_out, key_in = secrets.token_hex(32), secrets.token_hex(32)
-        write_keys(srv, f"1 {key_in}\n", inside=True)
+        write_opaque_keys(srv, f"1 {key_in}\n", inside=True)
         use_keys(srv, f"1 {key_out}\n")
         srv.sql("CREATE ROLE cdc LOGIN REPLICATION")
         backup = os.path.join(WORK, "opaque-backup-copy")
@@ -245,7 +233,7 @@ def test_deleting_the_file_revokes_every_key_at_the_next_reload():
         # Even the session that had the keys: gone is revoked, not a mistake.
         assert error_of(pooled, "SELECT snowflake_from_opaque(%s)", (link,))[0] == "55000"
         # A mode too open is fixed by chmod alone: read again, no reload needed.
-        write_keys(srv, f"1 {secrets.token_hex(32)}\n", mode=0o644)
+        write_opaque_keys(srv, f"1 {secrets.token_hex(32)}\n", mode=0o644)
         assert error_of(pooled, "SELECT snowflake_to_opaque(5)")[0] == "55000"
         os.chmod(keys_path(srv), 0o600)
         pooled.execute("SELECT length(snowflake_to_opaque(5))")
