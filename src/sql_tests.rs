@@ -354,28 +354,4 @@ mod tests {
         );
         Spi::run("RESET ROLE").unwrap();
     }
-
-    /// A failure too long for its shared space keeps the form it is read
-    /// back in: the hint goes, then the detail, then the message's end.
-    #[pg_test]
-    fn a_failure_too_long_for_shared_memory_is_cut_readably() {
-        use snowflake_id_core::{Class, Failure};
-        let text = crate::shmem::text::SharedText::new();
-        let short = Failure::new(Class::Corrupted, "short")
-            .detail("d")
-            .hint("h");
-        text.set_failure(&short);
-        assert_eq!(text.failure(), Some(short));
-        let long = Failure::new(Class::Corrupted, "é".repeat(3000))
-            .detail("d")
-            .hint("h");
-        text.set_failure(&long);
-        let back = text.failure().expect("readable");
-        assert_eq!(
-            (back.class, back.detail.as_deref(), back.hint.as_deref()),
-            (Class::Corrupted, None, None)
-        );
-        assert!(back.message.ends_with('…') && back.message.starts_with("éé"));
-        assert!(back.to_text().len() <= 2048);
-    }
 }

@@ -18,11 +18,16 @@ import time
 import psycopg2
 
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
-WORK = os.environ.get("SNOWFLAKE_TEST_DIR", "/tmp/snowflake_id-tests")
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 RUN_AS = "postgres"
 
-_next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400"))]
+# Test processes run side by side (scripts/test.sh runs a lane per major, and
+# pytest-xdist several workers in a lane): each gets its own scratch directory
+# and its own range of 100 ports, below SNOWFLAKE_TEST_PORT's lane base.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_INDEX = int(_XDIST_WORKER[2:]) if _XDIST_WORKER.startswith("gw") else 0
+WORK = os.path.join(os.environ.get("SNOWFLAKE_TEST_DIR", "/tmp/snowflake_id-tests"), _XDIST_WORKER)
+_next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400")) + 100 * _WORKER_INDEX]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -14,6 +14,7 @@
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
 //! - [`resume`]: where generation may resume after a start or a crash.
+//! - [`shared_text`]: text one process writes and others read, without a lock.
 
 // Nothing here needs unsafe code; the compiler holds us to it.
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod layout;
 pub mod mark;
 pub mod opaque;
 pub mod resume;
+pub mod shared_text;
 pub mod text;
 pub mod timefmt;
 pub mod uuid;

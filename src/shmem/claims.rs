@@ -3,7 +3,7 @@
 //! Whether a claim refuses generation is kept with the other refusals.
 
 use super::pid::Pid;
-use super::text::SharedText;
+use snowflake_id_core::shared_text::SharedText;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// What the claims worker publishes.

@@ -19,7 +19,6 @@ pub mod counters;
 pub mod mark;
 pub mod pid;
 pub mod refusal;
-pub mod text;
 pub mod worker;
 
 use crate::pg::clock::now_ms;

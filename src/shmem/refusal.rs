@@ -3,7 +3,7 @@
 //! and lifts a claim's (`mark::refuse_for_claim`, which also revokes the
 //! durable window).
 
-use super::text::SharedText;
+use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::Failure;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 

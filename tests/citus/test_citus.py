@@ -42,6 +42,22 @@ def cluster():
         yield c, w1, w2, made
 
 
+def every_node(cluster):
+    """The coordinator and every node its metadata lists, as Servers: nodes
+    an earlier test added are waited for as well as the first three."""
+    c, _, _, made = cluster
+    ports = {r[0] for r in c.sql("SELECT nodeport FROM pg_dist_node")} | {c.port}
+    return [s for s in made if s.port in ports]
+
+
+def settled(cluster, timeout=40):
+    """Waits until no node of the cluster has a problem: each claims worker
+    has read every other node since the last change."""
+    for s in every_node(cluster):
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=timeout,
+                   what=f"{s.name} still has a problem: {status(s)[2]}")
+
+
 def test_each_node_takes_its_worker_id_from_its_group_id(cluster):
     c, w1, w2, _ = cluster
     for s, group in ((c, 0), (w1, 1), (w2, 2)):
@@ -134,12 +150,25 @@ def test_a_node_not_added_yet_waits_and_then_issues_with_its_own_group(cluster):
     assert status(w3)[0] == group
 
 
+def added_later(cluster):
+    """A worker added after the cluster started: the one the test above
+    added, or, where that test did not run first, one added here."""
+    c, w1, w2, made = cluster
+    later = [s for s in every_node(cluster) if s.name in ("citus-w3", "citus-late")]
+    if later:
+        return later[0]
+    late = node(made, "citus-late")
+    add(c, late)
+    return late
+
+
 def test_shards_moved_and_rebalanced_under_concurrent_inserts_lose_and_repeat_nothing(cluster):
     """A shard move copies rows with their ids (logical replication, then a
     switch of the placement); it evaluates no DEFAULT. Inserts go on through
     the coordinator and straight to a worker throughout; a node added later
     (w3, from the test above) takes shards in the rebalance."""
     c, w1, w2, made = cluster
+    added_later(cluster)
     c.sql("CREATE TABLE moving (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v int);"
           "SELECT create_distributed_table('moving', 'id')")
     stop = threading.Event()
@@ -176,7 +205,7 @@ def test_shards_moved_and_rebalanced_under_concurrent_inserts_lose_and_repeat_no
     assert len(stored) == len(set(stored)) == len(inserted) > 0
     assert sorted(stored) == sorted(inserted)
     nodes = {r[0] for r in c.sql("SELECT DISTINCT nodeport FROM citus_shards WHERE table_name = 'moving'::regclass")}
-    w3 = next(s for s in made if s.name == "citus-w3")
+    w3 = added_later(cluster)
     assert w3.port in nodes, nodes
     # The node added later issues its own ids into the shards it now holds.
     mine = w3.one("INSERT INTO moving (v) VALUES (3) RETURNING id")
@@ -338,8 +367,7 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
     assert workers_of(w2, [w2.one("SELECT snowflake_nextval()")]) == {2}
     # Once w2's claim on worker id 1 went stale (it was released at its
     # restart, and is counted 10 s more), no node sees a problem.
-    for s in (c, w1, w2):
-        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=40)
+    settled(cluster)
 
 
 def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the_others(cluster):
@@ -384,8 +412,7 @@ def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the
         w2.sql(local + "DROP SCHEMA snowflake_id CASCADE; DROP FUNCTION public.trap(); DROP TABLE public.trap_log;"
                "CREATE EXTENSION snowflake_id")
     # Every node reads w2's claims again at its next refresh.
-    for s in (c, w1, w2):
-        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
+    settled(cluster)
 
 
 def cluster_status(c):
@@ -394,8 +421,36 @@ def cluster_status(c):
         "SELECT groupid, worker_id, worker_id_source, preloaded, problem FROM snowflake_cluster_status()")}
 
 
+def test_the_cluster_view_is_the_same_from_every_node_and_stays_so_once_problems_cleared(cluster):
+    """A problem on every node (each cannot read w2's claims while w2's
+    extension is gone), cleared: from then on, the view read from any node,
+    again and again for 10 s, is the same. (A node's problem once read as
+    empty from one node and as the old problem from another, a moment
+    later: a reader that met the claims worker in the middle of rewriting
+    it took that for no problem.)"""
+    c, _, w2, _ = cluster
+    local = "SET citus.enable_ddl_propagation = off;"
+    w2.sql(local + "DROP EXTENSION snowflake_id CASCADE")
+    try:
+        others = [s for s in every_node(cluster) if s is not w2]
+        for s in others:
+            s.wait_for("SELECT problem LIKE '%claims of other nodes of this Citus cluster could not be read%'"
+                       " FROM snowflake_id.snowflake_status", timeout=30)
+    finally:
+        w2.sql(local + "CREATE EXTENSION snowflake_id")
+    settled(cluster)
+    nodes = every_node(cluster)
+    first = cluster_status(c)
+    assert all(row[3] is None for row in first.values()), first
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        for s in nodes:
+            assert cluster_status(s) == first, s.name
+
+
 def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
     c, w1, w2, made = cluster
+    settled(cluster)
     rows = cluster_status(c)
     for group in (0, 1, 2):
         worker_id, source, preloaded, problem = rows[group]
@@ -453,13 +508,18 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
     ahead = node(made, "citus-ahead", faketime=True)
     ahead.set_clock(60)
     add(c, ahead)
-    group = ahead.one("SELECT groupid FROM pg_dist_local_group")
-    deadline = time.time() + 30
-    while ahead.one("SELECT extract(epoch FROM clock_timestamp())::float8") - time.time() < 50:
-        assert time.time() < deadline, "the faked clock did not move"
-        time.sleep(0.5)
-    problem = cluster_status(c)[group][3]
-    assert "its clock is" in problem and "more than snowflake_id.max_lead" in problem, problem
+    try:
+        group = ahead.one("SELECT groupid FROM pg_dist_local_group")
+        deadline = time.time() + 30
+        while ahead.one("SELECT extract(epoch FROM clock_timestamp())::float8") - time.time() < 50:
+            assert time.time() < deadline, "the faked clock did not move"
+            time.sleep(0.5)
+        problem = cluster_status(c)[group][3]
+        assert "its clock is" in problem and "more than snowflake_id.max_lead" in problem, problem
+    finally:
+        # The tests after this one find the cluster as it was.
+        c.sql("SELECT citus_remove_node('localhost', %s)", (ahead.port,))
+        ahead.stop()
 
 
 def test_the_cluster_view_needs_citus_and_the_monitoring_role():

@@ -23,7 +23,6 @@ use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::datadir::data_dir;
 use crate::pg::{error, process, signals, xlog};
 use crate::settings;
-use crate::shmem::text::SharedText;
 use crate::shmem::Shmem;
 use pgrx::bgworkers::BackgroundWorkerBuilder;
 use pgrx::prelude::*;
@@ -33,6 +32,7 @@ use snowflake_id_core::claims::{
 };
 use snowflake_id_core::config::{self, Config};
 use snowflake_id_core::mark::replace_file;
+use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::{Class, Failure};
 use std::time::Duration;
 
