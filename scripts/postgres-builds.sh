@@ -32,7 +32,18 @@ CACHE="${SNOWFLAKE_PG_CACHE:-/var/cache/snowflake_id/postgres}"
 PINS="${SNOWFLAKE_PG_PINS:-$(dirname "$0")/postgres-sources.pinned}"
 REPORT="${SNOWFLAKE_BUILDS_REPORT:-/dev/null}"
 REQUIRED=" ${SNOWFLAKE_REQUIRED_MAJORS-} "
-MIRROR=http://deb.debian.org
+# The archives this machine's apt is pointed at (Debian's own mirror, a
+# company's mirror or proxy), read from apt's own configuration, whatever
+# form it takes (sources.list, deb822 .sources files, APT_CONFIG): the one
+# that serves this machine's Debian release, and the one that serves its
+# security updates. Every other suite is asked of the same two.
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME-}")
+archive_uri() {
+    apt-get indextargets --no-release-info --format '$(RELEASE) $(REPO_URI)' 2>/dev/null |
+        awk -v suite="$1" '$1 == suite { sub(/\/+$/, "", $2); print $2; exit }'
+}
+DEBIAN_URI=$(archive_uri "$codename")
+SECURITY_URI=$(archive_uri "$codename-security")
 # The build recipe: raised when the configure line below changes, so that a
 # cached build made the old way is not taken for one made the new way.
 RECIPE=r2
@@ -43,7 +54,7 @@ say() { printf '\n==> %s\n' "$*"; }
 loud() { printf '\n!!! %s\n' "$*" >&2; }
 
 # Every suite that has carried the major, newest first; the security
-# suites live in another archive (debian-security).
+# suites live in the security archive.
 suites_of() {
     local override="SNOWFLAKE_PG_SUITES_$1"
     if [[ -n ${!override+set} ]]; then
@@ -57,7 +68,7 @@ suites_of() {
         *) echo "" ;;
     esac
 }
-archive_of() { [[ $1 == *-security ]] && echo debian-security || echo debian; }
+uri_of() { [[ $1 == *-security ]] && echo "$SECURITY_URI" || echo "$DEBIAN_URI"; }
 
 # Complete once contrib is in: configure puts the libraries in prefix/lib, or
 # in prefix/lib/postgresql when the prefix names no "postgres" or "pgsql".
@@ -108,14 +119,14 @@ fetch() {
         echo "$file"
         return 0
     fi
-    for archive in debian debian-security; do
-        if curl -fsSL --retry 2 --max-time 600 -o "$file.part" "$MIRROR/$archive/$path" 2>/dev/null; then
+    for uri in $DEBIAN_URI $SECURITY_URI; do
+        if curl -fsSL --retry 2 --max-time 600 -o "$file.part" "$uri/$path" 2>/dev/null; then
             if [[ $(stat -c %s "$file.part") == "$size" ]] && echo "$sha  $file.part" | sha256sum -c --status; then
                 mv "$file.part" "$file"
                 echo "$file"
                 return 0
             fi
-            loud "$MIRROR/$archive/$path does not match its checksum (sha256 $sha, $size bytes): not used"
+            loud "$uri/$path does not match its checksum (sha256 $sha, $size bytes): not used"
         fi
     done
     rm -f "$file.part"
@@ -160,12 +171,19 @@ for m in "${majors[@]}"; do
         continue
     fi
     if ! $updated; then
+        if [[ -z $DEBIAN_URI ]]; then
+            loud "apt on this machine has no source for Debian ${codename:-(no VERSION_CODENAME in /etc/os-release)} (apt-get indextargets): PostgreSQL's sources are asked of the archive apt uses; add it to /etc/apt/sources.list or /etc/apt/sources.list.d/"
+            exit 1
+        fi
         # Built once per version; the lists are read only when a build is missing.
-        say "Reading Debian's source package lists"
+        say "Reading Debian's source package lists (from $DEBIAN_URI${SECURITY_URI:+ and $SECURITY_URI})"
         : >"$APT/sources.list"
         for n in "${majors[@]}"; do
             for s in $(suites_of "$n"); do
-                line="deb-src $MIRROR/$(archive_of "$s") $s main"
+                uri=$(uri_of "$s")
+                # No security archive in apt's configuration: its suites are not asked.
+                [[ -n $uri ]] || continue
+                line="deb-src $uri $s main"
                 grep -qxF "$line" "$APT/sources.list" || echo "$line" >>"$APT/sources.list"
             done
         done

@@ -78,3 +78,64 @@ def test_a_required_major_that_cannot_be_had_fails_the_run(tmp):
             in r.stderr), r.stderr[-3000:]
     summary = summary_of(r.stdout)
     assert "FAILED" in summary and "All tests that could run passed." not in summary, summary
+
+
+def machines_archive(suite):
+    """The archive URI this machine's own apt configuration serves `suite` from."""
+    out = subprocess.run(["apt-get", "indextargets", "--no-release-info", "--format", "$(RELEASE) $(REPO_URI)"],
+                         capture_output=True, text=True, check=True).stdout
+    return next(line.split()[1].rstrip("/") for line in out.splitlines() if line.split()[0] == suite)
+
+
+def test_postgresql_sources_are_asked_of_the_mirror_apt_is_configured_with(tmp):
+    """A machine behind its own mirror: its apt configuration (here through
+    APT_CONFIG, as a company's sources.list would) names a mirror on this
+    machine, which passes every request on to the real archive and notes
+    it. The builds script reads Debian's source lists through it, and asks
+    nothing of an archive apt was not pointed at."""
+    import http.server
+    import threading
+    import urllib.request
+
+    upstream = machines_archive("bookworm")
+    asked = []
+
+    class Mirror(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server interface
+            asked.append(self.path)
+            try:
+                with urllib.request.urlopen(upstream + self.path.removeprefix("/debian"), timeout=60) as r:
+                    body, status = r.read(), r.status
+            except urllib.error.HTTPError as e:
+                body, status = b"", e.code
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Mirror)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sources = os.path.join(tmp, "sources.list")
+        with open(sources, "w") as f:
+            f.write(f"deb http://127.0.0.1:{server.server_port}/debian bookworm main\n")
+        conf = os.path.join(tmp, "apt.conf")
+        with open(conf, "w") as f:
+            f.write(f'Dir::Etc::SourceList "{sources}";\nDir::Etc::SourceParts "/dev/null";\n')
+        env = {**os.environ, "APT_CONFIG": conf, "SNOWFLAKE_PG_CACHE": os.path.join(tmp, "cache"),
+               "SNOWFLAKE_PG_PINS": "/dev/null", "SNOWFLAKE_PG_SUITES_17": "bookworm-updates",
+               "SNOWFLAKE_BUILDS_REPORT": os.path.join(tmp, "report")}
+        r = subprocess.run([os.path.join(REPO, "scripts", "postgres-builds.sh"), "17"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        server.shutdown()
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert f"from http://127.0.0.1:{server.server_port}/debian" in out, out[-3000:]
+    assert any(p.startswith("/debian/dists/bookworm-updates/") for p in asked), asked
+    # bookworm-updates carries no PostgreSQL 17: said as such, from that mirror's lists.
+    with open(os.path.join(tmp, "report")) as f:
+        assert f.read().startswith("17 unavailable no source of PostgreSQL 17"), out[-3000:]
