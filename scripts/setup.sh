@@ -32,7 +32,7 @@ packages=(
     "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libpq-dev
     sudo faketime libfaketime bison flex zlib1g-dev
     "postgresql-$PG_MAJOR-pglogical"
-    python3 python3-psycopg2 python3-pytest python3-matplotlib
+    python3 python3-psycopg2 python3-pytest python3-pytest-xdist python3-matplotlib
     python3-psycopg python3-venv
     # Citus, built for the cluster tests (scripts/citus-builds.sh); its
     # headers of Debian's 15 include GSSAPI's.
