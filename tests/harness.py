@@ -27,6 +27,7 @@ RUN_AS = "postgres"
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 _WORKER_INDEX = int(_XDIST_WORKER[2:]) if _XDIST_WORKER.startswith("gw") else 0
 WORK = os.path.join(os.environ.get("SNOWFLAKE_TEST_DIR", "/tmp/snowflake_id-tests"), _XDIST_WORKER)
+os.makedirs(WORK, exist_ok=True)
 _next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400")) + 100 * _WORKER_INDEX]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,6 +59,10 @@ def _chown(path):
     if os.geteuid() == 0:
         pw = pwd.getpwnam(RUN_AS)
         os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+# The servers' user makes directories of its own here too (pg_basebackup's target).
+_chown(WORK)
 
 
 class Server:
@@ -245,8 +250,11 @@ class Server:
         self.reload()
         self.wait_for(f"SELECT pg_conf_load_time() > '{before}'")
 
-    def connect(self, dbname="postgres", autocommit=True, user="postgres"):
-        conn = psycopg2.connect(host=self.dir, port=self.port, user=user, dbname=dbname)
+    def connect(self, dbname="postgres", autocommit=True, user="postgres", options=None):
+        """options: settings of the session from its start (`-c name=value ...`),
+        in force before the first statement, over the database's and role's."""
+        conn = psycopg2.connect(host=self.dir, port=self.port, user=user, dbname=dbname,
+                                **({"options": options} if options else {}))
         conn.autocommit = autocommit
         return conn
 
@@ -261,14 +269,14 @@ class Server:
                     raise
                 time.sleep(0.1)
 
-    def sql(self, query, args=None, dbname="postgres", user="postgres"):
+    def sql(self, query, args=None, dbname="postgres", user="postgres", options=None):
         """Runs one statement in a fresh session; returns all rows."""
-        with contextlib.closing(self.connect(dbname=dbname, user=user)) as conn, conn.cursor() as cur:
+        with contextlib.closing(self.connect(dbname=dbname, user=user, options=options)) as conn, conn.cursor() as cur:
             cur.execute(query, args)
             return cur.fetchall() if cur.description else []
 
-    def one(self, query, args=None, dbname="postgres", user="postgres"):
-        return self.sql(query, args, dbname=dbname, user=user)[0][0]
+    def one(self, query, args=None, dbname="postgres", user="postgres", options=None):
+        return self.sql(query, args, dbname=dbname, user=user, options=options)[0][0]
 
     def error(self, query, dbname="postgres", user="postgres"):
         """Runs `query` expecting an error; returns (sqlstate, message, hint)."""

@@ -65,10 +65,15 @@ def superuser(srv, role):
     return srv.one("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,))
 
 
+# This test's sessions' own timeouts, whatever the database's owner set,
+# from the session's start: a `SET statement_timeout = 0` sent with the
+# query is itself under the owner's 1 ms, and a busy machine misses it.
+OWN_TIMEOUTS = "-c statement_timeout=0 -c idle_in_transaction_session_timeout=0 -c lock_timeout=0"
+
+
 def own_claim_seen(srv, db, table="snowflake_id.snowflake_claims"):
-    # This test session's own timeouts, whatever the database's owner set.
-    return srv.one(f"SET statement_timeout = 0; SELECT max(last_seen) FROM {table} WHERE system_identifier = "
-                   "(SELECT system_identifier FROM pg_control_system())", dbname=db)
+    return srv.one(f"SELECT max(last_seen) FROM {table} WHERE system_identifier = "
+                   "(SELECT system_identifier FROM pg_control_system())", dbname=db, options=OWN_TIMEOUTS)
 
 
 def problem(srv):
@@ -78,7 +83,7 @@ def problem(srv):
 
 def claims_kept(srv, db, table="snowflake_id.snowflake_claims"):
     """Waits for this server's claim, then sees it refreshed again."""
-    srv.wait_for_in(db, f"SET statement_timeout = 0; SELECT count(*) > 0 FROM {table}",
+    srv.wait_for_in(db, f"SELECT count(*) > 0 FROM {table}",
                     what=f"no claim written: {problem(srv)}")
     first = own_claim_seen(srv, db, table)
     deadline = time.time() + 30
@@ -99,7 +104,7 @@ def wait_for_in(self, db, query, timeout=60, what=None):
     deadline = time.time() + timeout
     while True:
         with contextlib.suppress(psycopg2.OperationalError):
-            if self.one(query, dbname=db):
+            if self.one(query, dbname=db, options=OWN_TIMEOUTS):
                 return
         assert time.time() < deadline, what or f"timed out waiting for: {query}"
         time.sleep(0.1)
@@ -403,7 +408,7 @@ def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
         srv.sql("ALTER DATABASE claims ALLOW_CONNECTIONS true")
         assert own_claim_seen(srv, "claims") > restarted
         # ... and under the owner's settings, which are in force for everyone else.
-        assert srv.one("SHOW default_transaction_read_only", dbname="claims") == "on"
+        assert srv.one("SHOW default_transaction_read_only", dbname="claims", options=OWN_TIMEOUTS) == "on"
         claims_kept(srv, "claims")
         assert problem(srv) is None
         # IDs are issued in the read-only database too (a read-only
@@ -546,11 +551,10 @@ def test_a_database_owner_cannot_take_the_workers_identity_or_make_its_errors_fa
         # An error in the worker (a lock it waits for past its lock_timeout)
         # is caught and reported, never its end (exit_on_error is off).
         pid = srv.one("SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'")
-        holder = srv.connect(dbname="claims", autocommit=False)
+        holder = srv.connect(dbname="claims", autocommit=False, options=OWN_TIMEOUTS)
         # This session gets the owner's defaults too: set its own.
         holder.cursor().execute("SET exit_on_error = off; RESET SESSION AUTHORIZATION; SET ROLE NONE; "
-                                "SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0; "
-                                "SET lock_timeout = 0; LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
+                                "LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
         srv.wait_for("SELECT problem LIKE '%lock timeout%' FROM snowflake_id.snowflake_status")
         holder.rollback()
         holder.close()
