@@ -308,10 +308,18 @@ citus_layer() {
     lane_layer "$m" citus "PostgreSQL $m: a real Citus cluster (coordinator and two workers)" \
         pytest tests/citus
 }
-# Installs the release build (the one the packages hold) into a PostgreSQL.
+# Installs the release build into a PostgreSQL, and makes its Debian
+# package from the same build, right away: pgrx's build of the next major
+# would have to be redone for a package made later.
 install_into() {
     step "PostgreSQL $1: installing the extension (release build)"
     cargo pgrx install --release --pg-config "$2"
+    if wanted package; then
+        step "PostgreSQL $1: its Debian package, from the same build"
+        current="$1 package"
+        scripts/package.sh "$1"
+        current=""
+    fi
 }
 
 # The system's major: its lane starts once the extension is installed.
@@ -319,73 +327,78 @@ m=$SYSTEM_MAJOR
 layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests in a real PostgreSQL" \
     cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
 layer "$m" schema "sql/: the committed install script matches what the code generates" schema
+# A lane goes on after a failed layer (each layer starts servers of its
+# own), so that one run says everything that fails; it fails at its end.
 system_lane() {
-    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py &&
-        lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py &&
-        lane_layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
-            pytest_spread "${server_tests[@]}" &&
-        citus_layer "$m" "$PG_CONFIG"
+    local rc=0
+    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
+    lane_layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
+        pytest_spread "${server_tests[@]}" || rc=1
+    citus_layer "$m" "$PG_CONFIG" || rc=1
+    return $rc
 }
-if wanted regress || wanted update || wanted server || wanted citus; then
+if wanted regress || wanted update || wanted server || wanted citus || wanted package; then
     install_into "$m" "$PG_CONFIG"
     start_lane "pg$m" 55400 system_lane
 fi
 
-# The other majors, oldest first but the newest right after it: pg_upgrade
-# starts from the oldest, and the newest has the longest lane.
+# The other majors, the newest first (it has the longest lane), then the
+# oldest (pg_upgrade starts from it), then the rest.
 oldest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | head -n 1)
 order=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | awk -v o="$oldest" -v n="$newest" \
-    '$1 != o && $1 != n { rest = rest " " $1 } END { print o, (n != o ? n : ""), rest }')
+    '$1 != o && $1 != n { rest = rest " " $1 } END { print n, (o != n ? o : ""), rest }')
+# What the build lane has installed: "installed-<major>" in $LOGS.
+installed() { [[ -f "$LOGS/installed-$1" ]]; }
 # Each other major's lane, with its PostgreSQL: pg_regress sits beside PGXS,
 # wherever configure put the library directory (prefix/lib, or
-# prefix/lib/postgresql).
+# prefix/lib/postgresql). The newest's real-server and Citus tests come
+# first: its pg_upgrade from the oldest needs that one installed, which the
+# build lane does meanwhile.
 other_lane() {
-    local m=$1 bin=$2
+    local m=$1 bin=$2 rc=0
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
-    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || return 1
+    if [[ $m == "$newest" ]]; then
+        lane_layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
+        citus_layer "$m" "$bin/pg_config" || rc=1
+    fi
+    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
     if [[ $m != "$oldest" ]] && wanted update; then
-        # pg_upgrade from the oldest major built here, which has the
-        # extension installed by now. Not from the system's: Debian's
-        # 15.20 gives every table a reloption (pg_attver) that builds of
-        # an earlier release round, as the pinned ones are, do not know.
+        # pg_upgrade from the oldest major built here, once it has the
+        # extension. Not from the system's: Debian's 15.20 gives every
+        # table a reloption (pg_attver) that builds of an earlier release
+        # round, as the pinned ones are, do not know. (A build lane that
+        # fails stops this lane: the wait ends with the run.)
+        until installed "$oldest"; do sleep 1; done
         SNOWFLAKE_UPGRADE_FROM_BIN="$PG_CACHE/$oldest/bin" \
             lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $oldest" \
-            pytest tests/packaging/test_upgrade.py tests/packaging/test_pg_upgrade.py || return 1
+            pytest tests/packaging/test_upgrade.py tests/packaging/test_pg_upgrade.py || rc=1
     else
-        lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py ||
-            return 1
+        lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     fi
-    if [[ $m == "$newest" ]]; then
-        lane_layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" &&
-            citus_layer "$m" "$bin/pg_config"
-    fi
+    return $rc
 }
 port=56400
 for m in $order; do
     bin="$PG_CACHE/$m/bin"
     layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests" \
         cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$m"
-    wanted regress || wanted update || wanted server || wanted citus || continue
+    wanted regress || wanted update || wanted server || wanted citus || wanted package || continue
     install_into "$m" "$bin/pg_config"
     chmod -R a+rX "$PG_CACHE/$m/"
+    touch "$LOGS/installed-$m"
     start_lane "pg$m" "$port" other_lane "$m" "$bin"
     port=$((port + 500))
 done
 
-# The packages are built from the release builds above (nothing compiles
-# again); they are installed with apt once every lane is over, since
-# installing and purging them replaces the system major's library under
-# the lanes' servers.
-if wanted package; then
-    step "Packages: a release .deb per major"
-    current="$SYSTEM_MAJOR package"
-    scripts/package.sh "$SYSTEM_MAJOR" $SNOWFLAKE_AVAILABLE_MAJORS
-    current=""
-fi
-step "Waiting for the lanes"
-finish_lanes
+# The packages made above are installed with apt once the system major's
+# lane is over (installing and purging them replaces the library under
+# its servers; the other majors' lanes use builds apt does not touch).
+finish_lane "pg$SYSTEM_MAJOR"
 package() {
     pytest tests/packaging/test_packages.py
     for m in $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=passed; done
 }
 layer "$SYSTEM_MAJOR" package "Packages: each installed with apt and used" package
+step "Waiting for the lanes"
+finish_lanes
