@@ -42,6 +42,9 @@ pub extern "C-unwind" fn _PG_init() {
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         settings::define();
         opaque::define();
+        // After every setting of the prefix: one defined later would lose
+        // its value from postgresql.conf at each start.
+        settings::close_prefix();
         mark::redo::register(settings::wal_rmgr_id());
         shmem::install(on_shmem_created);
         bgworkers::register();

@@ -427,6 +427,14 @@ pub fn define() {
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1, 0)));
     let _ = CONFIG.set(worker_id.and_then(|w| offset.and_then(|o| config::configure(&raw(w, o)))));
+}
+
+/// Closes the `snowflake_id.` prefix: every other name under it is dropped
+/// and said. Call in _PG_init after the last setting of the prefix is
+/// defined, whichever module defines it: Postgres drops the value a
+/// configuration file gives a name not defined by then, so a setting
+/// defined later would be empty from every start until a reload.
+pub fn close_prefix() {
     reserve_prefix();
     warn_of_names_in_another_case();
 }
@@ -560,7 +568,7 @@ fn warn_of_names_in_another_case() {
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
                 )
                 .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
-                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id, claims_database."),
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id, claims_database, opaque_keys_file."),
                 pgrx::PgLogLevel::WARNING,
             );
         }

@@ -9,7 +9,7 @@ import secrets
 import shutil
 
 import psycopg2
-from harness import WORK, _as_postgres, application_role, server, write_opaque_keys
+from harness import WORK, Server, _as_postgres, application_role, server, servers, write_opaque_keys
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 KEYS = "opaque.keys"
@@ -238,3 +238,37 @@ def test_deleting_the_file_revokes_every_key_at_the_next_reload():
         os.chmod(keys_path(srv), 0o600)
         pooled.execute("SELECT length(snowflake_to_opaque(5))")
         assert pooled.fetchone()[0] == 17
+
+
+def test_a_key_file_named_in_the_configuration_file_is_in_force_from_the_first_session_of_every_start():
+    """Set in postgresql.conf, never reloaded: opaque IDs work in the first
+    session after the start, a restart, a crash restart (kill -9) and the
+    promotion of a standby that has the same setting. (The prefix was once
+    reserved before this setting was defined, and Postgres dropped its value
+    at every start, until a reload.)"""
+    with servers() as made:
+        s = Server("opaque-conf")
+        made.append(s)
+        path = write_opaque_keys(s, f"1 {secrets.token_hex(32)}\n")
+        s.set_conf(snowflake_id__opaque_keys_file=f"'{path}'", wal_level="replica")
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        first = s.one("SELECT snowflake_to_opaque(42)")
+        assert s.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42
+        assert "invalid configuration parameter name" not in s.log_text()
+        s.restart()
+        assert s.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42
+        s.kill9_all()
+        s.start()
+        assert s.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42
+        # A standby with the same configuration (the copy's postgresql.conf
+        # names the same file, outside the data directory), promoted.
+        standby = Server("opaque-conf-standby", copy_of=s, standby=True)
+        made.append(standby)
+        standby.start()
+        standby.promote()
+        standby.wait_for("SELECT NOT pg_is_in_recovery()")
+        assert standby.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42
+        assert standby.one("SELECT snowflake_to_opaque(42)") == first
+        for srv in (s, standby):
+            assert "opaque_keys_file" not in srv.log_text(), srv.log_text()[-2000:]
