@@ -35,8 +35,9 @@ if [[ ${1-} == --print-version ]]; then
     echo "$upstream-$revision"
     exit 0
 fi
-# Reproducible archives: every timestamp in them is the commit's.
-export SOURCE_DATE_EPOCH=$commit_time
+# Reproducible archives: every timestamp in them is the commit's. Given
+# to dpkg-deb alone: in cargo's environment it would make the build a new
+# one, not the release build the test command installed a moment before.
 arch=$(dpkg --print-architecture)
 out="${SNOWFLAKE_PACKAGE_DIR:-${CARGO_TARGET_DIR:-$PWD/target}/debian}"
 majors="${*:-$SYSTEM_MAJOR $AVAILABLE_MAJORS}"
@@ -118,7 +119,7 @@ Description: trend-increasing 64-bit snowflake IDs for PostgreSQL $major
  .
  The library must be preloaded: shared_preload_libraries = 'snowflake_id'.
 EOF
-    dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+    SOURCE_DATE_EPOCH=$commit_time dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
     echo "$deb"
     rm -rf "$stage"
     trap - EXIT
