@@ -10,6 +10,7 @@
 //! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
 //! - [`uuid`]: IDs as version 7 UUIDs, and back.
 //! - [`opaque`]: IDs enciphered under a secret key, for public URLs.
+//! - [`ff1`]: FF1 (NIST SP 800-38G) with word arithmetic, under opaque IDs.
 //! - [`convert`]: the DDL that moves a table's key column to snowflake IDs.
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
@@ -24,6 +25,7 @@ pub mod claims;
 pub mod config;
 pub mod convert;
 pub mod failure;
+pub mod ff1;
 pub mod generator;
 pub mod layout;
 pub mod mark;

@@ -4,8 +4,11 @@
 //!
 //! The text is one character naming the key, then 16 characters of
 //! base64url (RFC 4648, section 5) holding 96 bits: FF1 (NIST SP 800-38G,
-//! the `fpe` crate, over AES-256) enciphering the ID's 64 bits followed by
-//! 32 zero bits, with the key's number as the tweak. FF1 is a keyed
+//! over AES-256, in radix 2: [`crate::ff1`]) enciphering the ID's 64 bits
+//! followed by 32 zero bits, with the key's number as the tweak. The bits
+//! are numerals in the order of the `fpe` crate's `BinaryNumeralString`
+//! (each byte least significant bit first), which made every text handed
+//! out before: a test checks both give the same text for a million IDs. FF1 is a keyed
 //! permutation of the 96-bit strings, so each ID has one text per key; the
 //! zero bits make it encode-then-encipher (Bellare and Rogaway): text that
 //! was altered, or made under another key, deciphers to 32 bits that are
@@ -18,8 +21,9 @@
 //! breaking links handed out before.
 
 use crate::failure::{Class, Failure};
+use crate::ff1::Ff1;
+use aes::cipher::{Block, KeyInit};
 use aes::Aes256;
-use fpe::ff1::{BinaryNumeralString, FF1};
 
 /// The base64url alphabet (RFC 4648, section 5).
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -30,10 +34,57 @@ const BLOCK: usize = 12;
 /// The largest key number (one base64url character names it).
 pub const MAX_KEY: u8 = 63;
 
+/// The enciphered bits, as FF1 numerals.
+const NUMERALS: u32 = 8 * BLOCK as u32;
+
 /// One key, ready to use.
 struct Key {
     number: u8,
-    ff1: FF1<Aes256>,
+    ff1: Ff1<Aes256>,
+    /// FF1's first PRF block for the one-byte tweak, enciphered once.
+    start: Block<Aes256>,
+}
+
+impl Key {
+    fn new(number: u8, key: &[u8; 32]) -> Key {
+        let ff1 = Ff1::new(Aes256::new(key.into()), 2, NUMERALS).expect("96 bits fit");
+        let start = ff1.start(1);
+        Key { number, ff1, start }
+    }
+
+    fn encrypt(&self, plain: &[u8; BLOCK]) -> [u8; BLOCK] {
+        let (a, b) = halves(plain);
+        let (a, b) = self.ff1.encrypt(&self.start, &[self.number], a, b);
+        join(a, b)
+    }
+
+    fn decrypt(&self, sealed: &[u8; BLOCK]) -> [u8; BLOCK] {
+        let (a, b) = halves(sealed);
+        let (a, b) = self.ff1.decrypt(&self.start, &[self.number], a, b);
+        join(a, b)
+    }
+}
+
+/// NUM_2 of each half of the numeral string whose numerals are the bits
+/// of `bytes`, each byte least significant bit first: the first numeral,
+/// bit 0 of byte 0, is the most significant. So NUM of 48 bits is their
+/// little-endian value with the bits reversed.
+fn halves(bytes: &[u8; BLOCK]) -> (u128, u128) {
+    let num = |six: &[u8]| {
+        let mut le = [0u8; 8];
+        le[..6].copy_from_slice(six);
+        u128::from(u64::from_le_bytes(le).reverse_bits() >> 16)
+    };
+    (num(&bytes[..6]), num(&bytes[6..]))
+}
+
+/// The bytes of two halves' values: the inverse of [`halves`].
+fn join(a: u128, b: u128) -> [u8; BLOCK] {
+    let mut out = [0u8; BLOCK];
+    for (half, value) in out.chunks_mut(6).zip([a, b]) {
+        half.copy_from_slice(&((value as u64).reverse_bits() >> 16).to_le_bytes()[..6]);
+    }
+    out
 }
 
 /// The keys of one key file: which encodes, and all that decode.
@@ -98,8 +149,7 @@ impl Keys {
             }
             let key =
                 parse_hex(hex).ok_or_else(|| bad(line, "has a key that is not 64 hex digits"))?;
-            let ff1 = FF1::<Aes256>::new(&key, 2).expect("radix 2 is valid");
-            by_number[number as usize] = Some(Key { number, ff1 });
+            by_number[number as usize] = Some(Key::new(number, &key));
             if !decode_only {
                 current = current.max(Some(number));
             }
@@ -135,13 +185,10 @@ impl Keys {
             .expect("current key is listed");
         let mut plain = [0u8; BLOCK];
         plain[..8].copy_from_slice(&id.to_be_bytes());
-        let out = key
-            .ff1
-            .encrypt(&[number], &BinaryNumeralString::from_bytes_le(&plain))
-            .expect("96 binary numerals are a valid FF1 input");
+        let out = key.encrypt(&plain);
         let mut text = String::with_capacity(WIDTH);
         text.push(ALPHABET[number as usize] as char);
-        for chunk in out.to_bytes_le().chunks(3) {
+        for chunk in out.chunks(3) {
             let v = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
             for shift in [18, 12, 6, 0] {
                 text.push(ALPHABET[(v >> shift) as usize & 63] as char);
@@ -169,11 +216,7 @@ impl Keys {
             }
             sealed[i * 3..i * 3 + 3].copy_from_slice(&v.to_be_bytes()[1..]);
         }
-        let plain = key
-            .ff1
-            .decrypt(&[number], &BinaryNumeralString::from_bytes_le(&sealed))
-            .expect("96 binary numerals are a valid FF1 input")
-            .to_bytes_le();
+        let plain = key.decrypt(&sealed);
         if plain[8..] != [0; BLOCK - 8] {
             return Err(invalid());
         }
@@ -190,6 +233,30 @@ fn parse_hex(hex: &str) -> Option<[u8; 32]> {
         *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
     }
     Some(key)
+}
+
+/// The key file's bytes as text: UTF-8 without a byte order mark (editors
+/// that add one, or save a comment in Latin-1, are named as such).
+pub fn key_file_text(bytes: &[u8]) -> Result<&str, Failure> {
+    if bytes.starts_with(b"\xEF\xBB\xBF") {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            "the opaque ID key file begins with a byte order mark (BOM)",
+        )
+        .hint("Save it as UTF-8 without a BOM (or as ASCII), then reload the configuration."));
+    }
+    std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        let line = bytes[..at].iter().filter(|b| **b == b'\n').count() + 1;
+        Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "line {line} of the opaque ID key file is not UTF-8 (byte 0x{:02X})",
+                bytes[at]
+            ),
+        )
+        .hint("Save the file as UTF-8 (a comment in another encoding, such as Latin-1, is enough to break it), then reload the configuration.")
+    })
 }
 
 /// Refuses a key file that others than the server's user could read, as
@@ -233,16 +300,46 @@ mod tests {
     }
 
     #[test]
-    fn ff1_over_aes256_gives_nists_sample() {
-        // NIST's FF1 samples (SP 800-38G examples, FF1-AES256, sample 7): the
-        // cipher under the opaque IDs is the standard one, not a look-alike.
-        use fpe::ff1::FlexibleNumeralString;
-        let key =
-            parse_hex("2b7e151628aed2a6abf7158809cf4f3cef4359d8d580aa4f7f036d6f04fc6a94").unwrap();
-        let ff1 = FF1::<Aes256>::new(&key, 10).unwrap();
-        let pt = FlexibleNumeralString::from(vec![0u16, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
-        let ct: Vec<u16> = ff1.encrypt(&[], &pt).unwrap().into();
-        assert_eq!(ct, vec![6, 6, 5, 7, 6, 6, 7, 0, 0, 9]);
+    fn a_million_random_ids_give_the_text_the_fpe_crate_made() {
+        // Every text handed out before was made with the `fpe` crate's FF1
+        // (BigUint arithmetic): the word arithmetic must give the same text
+        // for every ID, under every key number (the tweak), both ways.
+        use fpe::ff1::{BinaryNumeralString, FF1};
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for (number, hex) in [(1u8, K1), (63, K2), (0, K1)] {
+            let ours = keys(&format!("{number} {hex}\n"));
+            let theirs = FF1::<Aes256>::new(&parse_hex(hex).unwrap(), 2).unwrap();
+            let key = ours.by_number[number as usize].as_ref().unwrap();
+            for i in 0..(1_000_000 / 3 + 1) {
+                let id = if i < 4 {
+                    [0, -1, i64::MAX, i64::MIN][i]
+                } else {
+                    next() as i64
+                };
+                let mut plain = [0u8; BLOCK];
+                plain[..8].copy_from_slice(&id.to_be_bytes());
+                // Any 96 bits, not only those of IDs: the zero bits too.
+                let mut any = [0u8; BLOCK];
+                any[..8].copy_from_slice(&next().to_le_bytes());
+                any[8..].copy_from_slice(&(next() as u32).to_le_bytes());
+                for bits in [plain, any] {
+                    let made = theirs
+                        .encrypt(&[number], &BinaryNumeralString::from_bytes_le(&bits))
+                        .unwrap()
+                        .to_bytes_le();
+                    assert_eq!(key.encrypt(&bits).to_vec(), made, "{bits:?}");
+                    assert_eq!(key.decrypt(&key.encrypt(&bits)), bits);
+                }
+                let text = ours.encode(id).unwrap();
+                assert_eq!(ours.decode(&text).unwrap(), id);
+            }
+        }
     }
 
     #[test]
@@ -393,5 +490,25 @@ mod tests {
         assert!(check_file_mode(0o600, 1000, 26).is_err());
         let e = check_file_mode(0o100644, 26, 26).unwrap_err();
         assert!(e.message.contains("(mode 0644)"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_bom_and_bytes_that_are_not_utf8_are_named_as_such() {
+        let good = format!("# rotated by José\n1 {K1}\n");
+        assert_eq!(key_file_text(good.as_bytes()).unwrap(), good);
+        let bom = [b"\xEF\xBB\xBF".as_slice(), good.as_bytes()].concat();
+        let e = key_file_text(&bom).unwrap_err();
+        assert_eq!(
+            e.message,
+            "the opaque ID key file begins with a byte order mark (BOM)"
+        );
+        assert!(e.hint.unwrap().contains("without a BOM"));
+        let latin1 = [format!("1 {K1}\n# rotated by Jos").as_bytes(), b"\xE9\n"].concat();
+        let e = key_file_text(&latin1).unwrap_err();
+        assert_eq!(
+            e.message,
+            "line 2 of the opaque ID key file is not UTF-8 (byte 0xE9)"
+        );
+        assert!(!format!("{e:?}").contains(K1));
     }
 }
