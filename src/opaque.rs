@@ -12,11 +12,12 @@
 //! PostgreSQL's own key file settings), and what is wrong with the file goes
 //! to the server log alone, by line number, never by content.
 
+use crate::pg::datadir::data_dir;
 use crate::pg::error::log;
 use crate::pg::process::ProcessLocal;
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::{pg_sys, PgLogLevel};
-use snowflake_id_core::opaque::{check_file_mode, Keys};
+use snowflake_id_core::opaque::{check_file_mode, key_file_text, Keys};
 use snowflake_id_core::{Class, Failure};
 use std::cell::RefCell;
 use std::ffi::CString;
@@ -94,9 +95,11 @@ pub fn keys() -> Result<Rc<Keys>, Failure> {
         let file = stamp(&path);
         let keys = match load(&path) {
             Ok(keys) => Ok(Rc::new(keys)),
-            Err(why) => {
-                // Gone or unopenable: revoked. There but wrong: a mistake.
-                let revoked = why.class == Class::Io;
+            Err(Unusable { why, gone }) => {
+                // Gone (or no setting): revoked. There but unusable (wrong
+                // bytes, a BOM, an owner or mode the server cannot read):
+                // a mistake, which must not break every link at once.
+                let revoked = gone;
                 log(why, PgLogLevel::LOG_SERVER_ONLY);
                 match before {
                     Some(Loaded {
@@ -107,7 +110,7 @@ pub fn keys() -> Result<Rc<Keys>, Failure> {
                         log(
                             Failure::new(
                                 Class::Warning,
-                                "this session keeps the opaque ID keys it read before the file became unusable",
+                                "this session keeps the opaque ID keys it read before the file became unusable (only a file that is gone, or the setting cleared, revokes them)",
                             )
                             .hint("Fix the file and reload the configuration: sessions that start before then have no keys."),
                             PgLogLevel::LOG_SERVER_ONLY,
@@ -144,17 +147,34 @@ fn unusable(path: &str) -> Failure {
     Failure::new(Class::NotReady, message).hint(hint)
 }
 
+/// Why the key file gave no keys, and whether that revokes them: only a
+/// file that is not there (or no file named).
+struct Unusable {
+    why: Failure,
+    gone: bool,
+}
+
+impl From<Failure> for Unusable {
+    fn from(why: Failure) -> Unusable {
+        Unusable { why, gone: false }
+    }
+}
+
 /// Reads and checks the key file. Its errors name the file, never its
 /// contents.
-fn load(path: &str) -> Result<Keys, Failure> {
+fn load(path: &str) -> Result<Keys, Unusable> {
     if path.is_empty() {
-        return Err(unusable(path));
+        return Err(Unusable {
+            why: unusable(path),
+            gone: true,
+        });
     }
-    let io = |what: &str, e: std::io::Error| {
-        Failure::new(
+    let io = |what: &str, e: std::io::Error| Unusable {
+        gone: matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)),
+        why: Failure::new(
             Class::Io,
             format!("could not {what} the opaque ID key file \"{path}\": {e}"),
-        )
+        ),
     };
     // Non-blocking: a FIFO named here must not hang the session.
     let file = std::fs::OpenOptions::new()
@@ -172,14 +192,45 @@ fn load(path: &str) -> Result<Keys, Failure> {
         return Err(Failure::new(
             Class::InvalidParameter,
             format!("\"{path}\" is not an opaque ID key file: not a regular file of at most {MAX_FILE_BYTES} bytes"),
-        ));
+        )
+        .into());
     }
-    let mut text = String::new();
+    warn_if_inside_data_directory(path);
+    let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(|e| io("read", e))?;
-    Keys::parse(&text).map_err(|f| Failure {
+    let text = key_file_text(&bytes).map_err(|f| Failure {
         message: format!("{} (\"{path}\")", f.message),
         ..f
+    })?;
+    Keys::parse(text).map_err(|f| {
+        Failure {
+            message: format!("{} (\"{path}\")", f.message),
+            ..f
+        }
+        .into()
     })
+}
+
+/// A key file inside the data directory is copied by every base backup,
+/// which any role with REPLICATION may take: said in the server log (not
+/// to the client: the path is the operator's business).
+fn warn_if_inside_data_directory(path: &str) {
+    let (Ok(file), Ok(data)) = (
+        std::fs::canonicalize(path),
+        std::fs::canonicalize(data_dir()),
+    ) else {
+        return;
+    };
+    if file.starts_with(&data) {
+        log(
+            Failure::new(
+                Class::Warning,
+                format!("the opaque ID key file \"{path}\" is inside the data directory: every base backup copies it, and any role with REPLICATION can take one"),
+            )
+            .hint("Move it outside the data directory (next to the SSL key, say), point snowflake_id.opaque_keys_file at it and reload the configuration."),
+            PgLogLevel::LOG_SERVER_ONLY,
+        );
+    }
 }

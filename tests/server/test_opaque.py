@@ -272,3 +272,57 @@ def test_a_key_file_named_in_the_configuration_file_is_in_force_from_the_first_s
         assert standby.one("SELECT snowflake_to_opaque(42)") == first
         for srv in (s, standby):
             assert "opaque_keys_file" not in srv.log_text(), srv.log_text()[-2000:]
+
+
+def test_a_file_there_but_unusable_at_a_reload_keeps_every_sessions_keys_and_only_gone_or_unset_revokes():
+    """An operator's slips while rotating: the file saved by an editor in
+    Latin-1 (one byte that is no UTF-8), with a byte order mark, or owned by
+    root and closed to the server. Sessions that hold keys keep them, each
+    slip is named in the log; a file that is gone, or the setting cleared,
+    revokes them."""
+    with server("opaque-slips") as srv:
+        application_role(srv)
+        key = secrets.token_hex(32)
+        use_keys(srv, f"1 {key}\n")
+        held = app(srv)
+        held.execute("SELECT snowflake_to_opaque(42)")
+        link = held.fetchone()[0]
+        path = keys_path(srv)
+
+        def write_bytes(data, owner_root=False):
+            with open(path + ".new", "wb") as f:
+                f.write(data)
+            if not owner_root:
+                shutil.chown(path + ".new", "postgres", "postgres")
+            os.chmod(path + ".new", 0o600)
+            os.replace(path + ".new", path)
+
+        slips = [
+            (f"# rotated by Jos\xe9\n1 {key}\n".encode("latin-1"),
+             False, "line 1 of the opaque ID key file is not UTF-8 (byte 0xE9)"),
+            (b"\xef\xbb\xbf" + f"1 {key}\n".encode(), False, "begins with a byte order mark (BOM)"),
+            (f"1 {key}\n".encode(), True, "could not open the opaque ID key file"),
+        ]
+        for data, owner_root, said in slips:
+            write_bytes(data, owner_root)
+            srv.reload_and_wait()
+            held.execute("SELECT snowflake_from_opaque(%s)", (link,))
+            assert held.fetchone()[0] == 42, said
+            assert said in srv.log_text(), said
+            assert "keeps the opaque ID keys it read before the file became unusable" in srv.log_text()
+            # Fixed: every session reads it again.
+            write_bytes(f"1 {key}\n".encode())
+            srv.reload_and_wait()
+            fresh = app(srv)
+            fresh.execute("SELECT snowflake_from_opaque(%s)", (link,))
+            assert fresh.fetchone()[0] == 42
+        # The setting cleared: revoked, in the session that had the keys too.
+        srv.set_conf(snowflake_id__opaque_keys_file=None)
+        srv.reload_and_wait()
+        code, msg, _, _ = error_of(held, "SELECT snowflake_from_opaque(%s)", (link,))
+        assert (code, msg) == ("55000", "no key for opaque IDs is set"), (code, msg)
+        # A key file inside the data directory works, and the log says why it should not be there.
+        use_keys(srv, f"1 {key}\n", inside=True)
+        held.execute("SELECT snowflake_from_opaque(%s)", (link,))
+        assert held.fetchone()[0] == 42
+        assert "is inside the data directory: every base backup copies it" in srv.log_text()
