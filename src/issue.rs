@@ -284,6 +284,16 @@ pub fn next_id() -> i64 {
     next().1
 }
 
+/// The next ID of this server, drawn for the extension's own use (the
+/// order check of `snowflake_convert`): it is in no row, so the session's
+/// `snowflake_lastval()` stays what the caller last drew.
+pub fn next_id_unseen() -> i64 {
+    let last = LAST.0.get();
+    let id = next_id();
+    LAST.0.set(last);
+    id
+}
+
 /// The next ID of this server, with the settings it was made under.
 #[inline]
 pub fn next() -> (&'static Config, i64) {

@@ -99,7 +99,7 @@ fn snowflake_convert(
     }
     let owner = roles.oid(&facts.target.owner);
     let largest = as_role(Some(owner), || largest_key(&facts.target));
-    let next = crate::issue::next_id();
+    let next = crate::issue::next_id_unseen();
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
         lock_keeping_timeout(&locks(&facts, sequence, &oids));

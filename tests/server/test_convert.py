@@ -194,3 +194,24 @@ def test_views_partitions_sequences_and_errors_inside_exception_blocks():
             assert c.fetchone()[0] == [2]
         locker.rollback()
         locker.close()
+
+
+def test_a_conversion_and_its_dry_run_leave_the_sessions_lastval_as_it_was():
+    """The order check draws an ID of its own, which is in no row: the
+    caller's snowflake_lastval() is still the last ID the caller drew."""
+    with server("convert-lastval", conf={"snowflake_id.worker_id": 3}) as s:
+        s.sql("CREATE TABLE t (id serial PRIMARY KEY, v int); INSERT INTO t (v) SELECT generate_series(1, 10)")
+        with s.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT snowflake_nextval()")
+            drawn = cur.fetchone()[0]
+            cur.execute("SELECT count(*) FROM snowflake_convert('t', dry_run => true)")
+            assert cur.fetchone()[0] > 0
+            cur.execute("SELECT snowflake_lastval()")
+            assert cur.fetchone()[0] == drawn
+            cur.execute("SELECT count(*) FROM snowflake_convert('t')")
+            cur.execute("SELECT snowflake_lastval()")
+            assert cur.fetchone()[0] == drawn
+            cur.execute("INSERT INTO t (v) VALUES (11) RETURNING id")
+            inserted = cur.fetchone()[0]
+            cur.execute("SELECT snowflake_lastval()")
+            assert cur.fetchone()[0] == inserted > drawn
