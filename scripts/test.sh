@@ -51,6 +51,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # the C collation whatever locale the machine's root has, or lacks.
 export LC_ALL=C.UTF-8
 export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
+# Set inside a lane only (a run of this script inside the fallback lane
+# keeps its own table).
+unset LANE_RESULTS LANE_NOTES
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/snowflake_id/target}"
 LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server citus package} "
 WORKERS="${SNOWFLAKE_TEST_WORKERS:-4}"
@@ -64,12 +67,21 @@ declare -A result=()
 declare -a notes=()
 majors=()
 current=""
-# Runs one layer on one major ("all" where the major does not matter).
+# Runs one layer on one major ("all" where the major does not matter). In
+# a lane, its result goes to the lane's file and a failure is returned (the
+# lane goes on); here, a failure ends the run.
 layer() {
     local major=$1 name=$2 title=$3
     shift 3
     wanted "$name" || return 0
     step "$title"
+    if [[ -n ${LANE_RESULTS-} ]]; then
+        local verdict=passed
+        "$@" || verdict=FAILED
+        echo "$major $name $verdict" >>"$LANE_RESULTS"
+        [[ $verdict == passed ]]
+        return
+    fi
     current="$major $name"
     "$@"
     result[$major $name]=passed
@@ -83,19 +95,6 @@ LOGS="$SNOWFLAKE_TEST_DIR/logs"
 declare -A lane_pid=()
 lanes=()
 lane_failed=""
-# A layer inside a lane: said in the lane's log, its result in its file.
-lane_layer() {
-    local major=$1 name=$2 title=$3
-    shift 3
-    wanted "$name" || return 0
-    step "$title"
-    if "$@"; then
-        echo "$major $name passed" >>"$LANE_RESULTS"
-    else
-        echo "$major $name FAILED" >>"$LANE_RESULTS"
-        return 1
-    fi
-}
 lane_skip() { echo "$1 $2 skipped ($3)" >>"$LANE_RESULTS"; }
 lane_note() { echo "$1" >>"$LANE_NOTES"; }
 # Starts a lane: `$3...` in the background with its own scratch directory
@@ -233,7 +232,7 @@ chown postgres "$SNOWFLAKE_TEST_DIR"
 # The fallback tests run test.sh itself and ask Debian's mirror: beside
 # the builds.
 fallback_lane() {
-    lane_layer all fallback "A major nobody serves is skipped and said; a required one fails the run; the machine's mirror; META.json; layers" \
+    layer all fallback "A major nobody serves is skipped and said; a required one fails the run; the machine's mirror; META.json; layers" \
         pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
 }
 
@@ -305,7 +304,7 @@ citus_layer() {
         return 0
     fi
     ((rc == 0)) || { echo "$m citus FAILED" >>"$LANE_RESULTS"; return "$rc"; }
-    lane_layer "$m" citus "PostgreSQL $m: a real Citus cluster (coordinator and two workers)" \
+    layer "$m" citus "PostgreSQL $m: a real Citus cluster (coordinator and two workers)" \
         pytest tests/citus
 }
 # Installs the release build into a PostgreSQL, and makes its Debian
@@ -331,9 +330,9 @@ layer "$m" schema "sql/: the committed install script matches what the code gene
 # own), so that one run says everything that fails; it fails at its end.
 system_lane() {
     local rc=0
-    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
-    lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
-    lane_layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
+    layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
         pytest_spread "${server_tests[@]}" || rc=1
     citus_layer "$m" "$PG_CONFIG" || rc=1
     return $rc
@@ -359,10 +358,10 @@ other_lane() {
     local m=$1 bin=$2 rc=0
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
     if [[ $m == "$newest" ]]; then
-        lane_layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
+        layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
         citus_layer "$m" "$bin/pg_config" || rc=1
     fi
-    lane_layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
     if [[ $m != "$oldest" ]] && wanted update; then
         # pg_upgrade from the oldest major built here, once it has the
         # extension. Not from the system's: Debian's 15.20 gives every
@@ -371,10 +370,10 @@ other_lane() {
         # fails stops this lane: the wait ends with the run.)
         until installed "$oldest"; do sleep 1; done
         SNOWFLAKE_UPGRADE_FROM_BIN="$PG_CACHE/$oldest/bin" \
-            lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $oldest" \
+            layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $oldest" \
             pytest tests/packaging/test_upgrade.py tests/packaging/test_pg_upgrade.py || rc=1
     else
-        lane_layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
+        layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     fi
     return $rc
 }

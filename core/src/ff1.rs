@@ -192,36 +192,54 @@ mod tests {
         let k256 = hex("2B7E151628AED2A6ABF7158809CF4F3CEF4359D8D580AA4F7F036D6F04FC6A94");
         let t10 = "39383736353433323130";
         let t11 = "3737373770717273373737";
-        let aes128 = || Aes128::new_from_slice(&k128).unwrap();
-        let aes192 = || Aes192::new_from_slice(&k192).unwrap();
-        let aes256 = || Aes256::new_from_slice(&k256).unwrap();
-        check(aes128(), 10, "", "0123456789", "2433477484");
-        check(aes128(), 10, t10, "0123456789", "6124200773");
-        check(
-            aes128(),
-            36,
-            t11,
-            "0123456789abcdefghi",
-            "a9tv40mll9kdu509eum",
-        );
-        check(aes192(), 10, "", "0123456789", "2830668132");
-        check(aes192(), 10, t10, "0123456789", "2496655549");
-        check(
-            aes192(),
-            36,
-            t11,
-            "0123456789abcdefghi",
-            "xbj3kv35jrawxv32ysr",
-        );
-        check(aes256(), 10, "", "0123456789", "6657667009");
-        check(aes256(), 10, t10, "0123456789", "1001623463");
-        check(
-            aes256(),
-            36,
-            t11,
-            "0123456789abcdefghi",
-            "xs8a0azh2avyalyzuwd",
-        );
+        // (radix, tweak, plaintext, ciphertext under AES-128, -192, -256)
+        let samples = [
+            (
+                10,
+                "",
+                "0123456789",
+                ["2433477484", "2830668132", "6657667009"],
+            ),
+            (
+                10,
+                t10,
+                "0123456789",
+                ["6124200773", "2496655549", "1001623463"],
+            ),
+            (
+                36,
+                t11,
+                "0123456789abcdefghi",
+                [
+                    "a9tv40mll9kdu509eum",
+                    "xbj3kv35jrawxv32ysr",
+                    "xs8a0azh2avyalyzuwd",
+                ],
+            ),
+        ];
+        for (radix, tweak, plain, [c128, c192, c256]) in samples {
+            check(
+                Aes128::new_from_slice(&k128).unwrap(),
+                radix,
+                tweak,
+                plain,
+                c128,
+            );
+            check(
+                Aes192::new_from_slice(&k192).unwrap(),
+                radix,
+                tweak,
+                plain,
+                c192,
+            );
+            check(
+                Aes256::new_from_slice(&k256).unwrap(),
+                radix,
+                tweak,
+                plain,
+                c256,
+            );
+        }
     }
 
     #[test]
