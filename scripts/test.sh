@@ -236,36 +236,17 @@ fallback_lane() {
         pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
 }
 
-report="$(mktemp)"
-SNOWFLAKE_BUILDS_REPORT="$report" scripts/setup.sh
+# What the system's major needs (the client libraries, pgrx pointed at
+# it), then the other majors' PostgreSQL builds in the background, beside
+# the system major's builds and tests: compiling PostgreSQL takes minutes
+# on a machine as it comes, and a release build's link uses one core.
+SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh
+step "PostgreSQL $OTHER_MAJORS: built from source in the background (log: $LOGS/postgres-builds.log)"
+scripts/postgres-builds.sh $OTHER_MAJORS >"$LOGS/postgres-builds.log" 2>&1 &
+builds_pid=$!
 # After the setup: the run of test.sh inside it checks the same packages.
 wanted fallback && start_lane fallback 59400 fallback_lane
 PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
-# The majors this machine could have; the rest are said here and at the end.
-available=""
-majors=("$SYSTEM_MAJOR")
-for m in $OTHER_MAJORS; do
-    majors+=("$m")
-    if grep -q "^$m available" "$report"; then
-        available="$available $m"
-        continue
-    fi
-    why=$(sed -n "s/^$m unavailable //p" "$report")
-    for r in pg_test regress update server citus package; do skip "$m" "$r" "no source"; done
-    notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
-done
-rm -f "$report"
-export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
-# The newest major besides the system's gets every real-server test.
-newest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | tail -n 1)
-for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
-    [[ $m == "$newest" ]] || { skip "$m" server "newest only"; skip "$m" citus "newest only"; }
-done
-for m in "${majors[@]}"; do
-    [[ $m == "$SYSTEM_MAJOR" ]] || result[$m schema]="-"
-done
-for n in "${notes[@]}"; do printf '\n%s\n' "$n" >&2; done
-
 if wanted package; then
     # What an interrupted package test left: its cluster, its packages (any
     # postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
@@ -341,6 +322,45 @@ if wanted regress || wanted update || wanted server || wanted citus || wanted pa
     install_into "$m" "$PG_CONFIG"
     start_lane "pg$m" 55400 system_lane
 fi
+
+# The other majors' builds, then the rest of the setup (pgrx pointed at
+# them; cached, so quick), which says which majors could be had.
+step "Waiting for the PostgreSQL builds"
+builds_rc=0
+wait "$builds_pid" || builds_rc=$?
+if ((builds_rc)); then
+    sed 's/^/  | /' "$LOGS/postgres-builds.log" >&2
+    current="all setup"
+    exit "$builds_rc"
+fi
+sed 's/^/  | /' "$LOGS/postgres-builds.log"
+report="$(mktemp)"
+SNOWFLAKE_BUILDS_REPORT="$report" scripts/setup.sh
+# The majors this machine could have; the rest are said here and at the end.
+available=""
+majors=("$SYSTEM_MAJOR")
+for m in $OTHER_MAJORS; do
+    majors+=("$m")
+    if grep -q "^$m available" "$report"; then
+        available="$available $m"
+        continue
+    fi
+    why=$(sed -n "s/^$m unavailable //p" "$report")
+    for r in pg_test regress update server citus package; do skip "$m" "$r" "no source"; done
+    notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
+done
+rm -f "$report"
+export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
+# The newest major besides the system's gets every real-server test.
+newest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | tail -n 1)
+for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
+    [[ $m == "$newest" ]] || { skip "$m" server "newest only"; skip "$m" citus "newest only"; }
+done
+for m in "${majors[@]}"; do
+    [[ $m == "$SYSTEM_MAJOR" ]] || result[$m schema]="-"
+done
+for n in "${notes[@]}"; do printf '\n%s\n' "$n" >&2; done
+
 
 # The other majors, the newest first (it has the longest lane), then the
 # oldest (pg_upgrade starts from it), then the rest.

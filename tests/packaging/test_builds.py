@@ -29,6 +29,9 @@ def run_tests(tmp, **env):
         "SNOWFLAKE_PG_CACHE": os.path.join(tmp, "cache"),
         "SNOWFLAKE_TEST_DIR": os.path.join(tmp, "tests"),
         "SNOWFLAKE_TEST_LAYERS": "core",
+        # pgrx pointed at the system's major in a configuration of its own:
+        # the run around this one points its own at every major meanwhile.
+        "PGRX_HOME": os.path.join(tmp, "pgrx"),
         **env,
     }
     for k in ("SNOWFLAKE_AVAILABLE_MAJORS", "SNOWFLAKE_REQUIRED_MAJORS", "PG_BIN", "PG_REGRESS"):
