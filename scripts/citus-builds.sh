@@ -74,6 +74,15 @@ if [[ ! -f "$key/complete" ]]; then
     rm -rf "$work"
 fi
 # The image holds the files at their absolute paths under the PostgreSQL
-# it was built for; directories already there keep their owner and mode.
-tar -C "$image" -cf - . | tar -C / -xf - --no-overwrite-dir
+# it was built for. Each file is copied beside its place and renamed into
+# it, and no directory that is there is touched: tar -x into / made / itself
+# unreadable to every other user for a moment while it extracted (its
+# delayed directory modes), and the test command's other lanes run servers
+# as postgres meanwhile; a server that has Citus loaded keeps the old file.
+(cd "$image" && find . ! -type d -print0) | while IFS= read -r -d '' f; do
+    dest="/${f#./}"
+    mkdir -p "$(dirname "$dest")"
+    cp -P --preserve=mode,timestamps "$image/$f" "$dest.new.$$"
+    mv -f "$dest.new.$$" "$dest"
+done
 echo "Citus $citus installed into PostgreSQL $pg_version (from $image)"
