@@ -78,12 +78,25 @@ static LOADED: ProcessLocal<RefCell<Option<Loaded>>> = ProcessLocal(RefCell::new
 /// The keys of opaque IDs, or the error that tells the caller there are
 /// none usable (the reason is in the server log).
 pub fn keys() -> Result<Rc<Keys>, Failure> {
+    // SAFETY: a plain global Postgres sets on every load of the files.
+    let reloaded_at = unsafe { pg_sys::PgReloadTime };
+    // Nearly every call: keys read since the last reload. The setting
+    // changes only at a reload (it is SIGHUP), so its path is not fetched
+    // (a copy of the string each time) to compare.
+    if let Some(Loaded {
+        keys: Ok(keys),
+        reloaded_at: at,
+        ..
+    }) = LOADED.0.borrow().as_ref()
+    {
+        if *at == reloaded_at {
+            return Ok(Rc::clone(keys));
+        }
+    }
     let path = KEYS_FILE
         .get()
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // SAFETY: a plain global Postgres sets on every load of the files.
-    let reloaded_at = unsafe { pg_sys::PgReloadTime };
     let mut loaded = LOADED.0.borrow_mut();
     let due = match loaded.as_ref() {
         None => true,
