@@ -2,10 +2,11 @@
 //! `snowflake_id.opaque_keys_file` names when first needed, and again after
 //! a reload of the configuration (how keys are rotated) or a change of the
 //! setting. A file that is there but cannot be used at a reload (a typo in
-//! a rotation, a mode too open) leaves this process with the keys it had,
-//! so that a mistake does not break every link; a file that is gone or
-//! cannot be opened takes them away (how every key is revoked at once). One
-//! that could not be used is read again as soon as it changes.
+//! a rotation, a mode too open, bytes that are no UTF-8, an owner the server
+//! cannot read) leaves this process with the keys it had, so that a mistake
+//! does not break every link; a file that is gone, or the setting cleared,
+//! takes them away (how every key is revoked at once). One that could not
+//! be used is read again as soon as it changes.
 //!
 //! The keys never leave this module but as the ciphers that use them: no
 //! function returns them, the setting holds a path (superuser-only, as
@@ -112,14 +113,13 @@ pub fn keys() -> Result<Rc<Keys>, Failure> {
                 // Gone (or no setting): revoked. There but unusable (wrong
                 // bytes, a BOM, an owner or mode the server cannot read):
                 // a mistake, which must not break every link at once.
-                let revoked = gone;
                 log(why, PgLogLevel::LOG_SERVER_ONLY);
                 match before {
                     Some(Loaded {
                         path: p,
                         keys: Ok(kept),
                         ..
-                    }) if p == path && !path.is_empty() && !revoked => {
+                    }) if p == path && !path.is_empty() && !gone => {
                         log(
                             Failure::new(
                                 Class::Warning,
@@ -196,11 +196,13 @@ fn load(path: &str) -> Result<Keys, Unusable> {
         .open(path)
         .map_err(|e| io("open", e))?;
     let meta = file.metadata().map_err(|e| io("stat", e))?;
-    // SAFETY: geteuid has no preconditions.
-    check_file_mode(meta.mode(), meta.uid(), unsafe { libc::geteuid() }).map_err(|f| Failure {
+    // A failure of the file's, its message naming the file.
+    let of_file = |f: Failure| Failure {
         message: format!("{} (\"{path}\")", f.message),
         ..f
-    })?;
+    };
+    // SAFETY: geteuid has no preconditions.
+    check_file_mode(meta.mode(), meta.uid(), unsafe { libc::geteuid() }).map_err(of_file)?;
     if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return Err(Failure::new(
             Class::InvalidParameter,
@@ -213,17 +215,8 @@ fn load(path: &str) -> Result<Keys, Unusable> {
     file.take(MAX_FILE_BYTES)
         .read_to_end(&mut bytes)
         .map_err(|e| io("read", e))?;
-    let text = key_file_text(&bytes).map_err(|f| Failure {
-        message: format!("{} (\"{path}\")", f.message),
-        ..f
-    })?;
-    Keys::parse(text).map_err(|f| {
-        Failure {
-            message: format!("{} (\"{path}\")", f.message),
-            ..f
-        }
-        .into()
-    })
+    let text = key_file_text(&bytes).map_err(of_file)?;
+    Keys::parse(text).map_err(|f| of_file(f).into())
 }
 
 /// A key file inside the data directory is copied by every base backup,
