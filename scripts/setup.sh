@@ -7,13 +7,22 @@
 # `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.
 #
+#   scripts/setup.sh --packages    only the Debian packages: what the
+#                                  PostgreSQL builds need, which the test
+#                                  command starts beside everything else.
 #   scripts/setup.sh --toolchain   only what the gates need (packages, Rust,
 #                                  cargo-pgrx, pgrx pointed at the system's
 #                                  PostgreSQL): the test command runs its
 #                                  gates before the slow builds.
+#   scripts/setup.sh --pgrx M...   only pgrx pointed at the system's
+#                                  PostgreSQL and the cached builds of the
+#                                  majors M (the test command, as each
+#                                  build ends).
 set -euo pipefail
-toolchain_only=false
-[[ ${1-} == --toolchain ]] && toolchain_only=true
+mode=all
+case ${1-} in
+--packages | --toolchain | --pgrx) mode=${1#--}; shift ;;
+esac
 
 . "$(dirname "$0")/versions.sh"
 PG_MAJOR=$SYSTEM_MAJOR
@@ -52,6 +61,7 @@ if ((${#missing[@]})); then
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+[[ $mode == packages ]] && exit 0
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # rustup, not just any cargo: the gates add rustfmt and clippy with it, and
@@ -89,7 +99,10 @@ pgrx_init() {
     done
 }
 pgrx_args=("--pg$PG_MAJOR" "$PG_CONFIG")
-if $toolchain_only; then
+if [[ $mode == pgrx ]]; then
+    for m in "$@"; do pgrx_args+=("--pg$m" "$PG_CACHE/$m/bin/pg_config"); done
+fi
+if [[ $mode != all ]]; then
     pgrx_init "${pgrx_args[@]}"
     exit 0
 fi

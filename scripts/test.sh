@@ -160,6 +160,13 @@ stop_servers() {
     done < <(find "$SNOWFLAKE_TEST_DIR" -name postmaster.pid 2>/dev/null)
 }
 
+# A process and all its descendants, children first stopped from forking.
+kill_tree() {
+    local child
+    kill -STOP "$1" 2>/dev/null || true
+    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill -9 "$1" 2>/dev/null || true
+}
 summary() {
     local status=$?
     [[ -n $current ]] && result[$current]=FAILED
@@ -175,6 +182,9 @@ summary() {
         collect_lane "$name"
         stop_servers
     done
+    if [[ -n ${builds_pid-} ]] && ! builds_ended; then
+        kill_tree "$builds_pid"
+    fi
     local rows=(gates core fallback pg_test schema regress update server citus package)
     declare -A title=([gates]="gates: fmt, clippy" [fallback]="fallback of sources" [core]="core: cargo test"
         [pg_test]="#[pg_test]" [schema]="sql/ install script" [regress]="regression files"
@@ -218,16 +228,42 @@ gates() {
     # (pgrx's feature of the system major), and the core.
     cargo clippy --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
 }
+stop_servers
+rm -rf "$SNOWFLAKE_TEST_DIR"
+mkdir -p "$SNOWFLAKE_TEST_DIR" "$LOGS"
+chown postgres "$SNOWFLAKE_TEST_DIR"
+
+# The other majors' PostgreSQL, built from source in the background from
+# the start (compiling PostgreSQL takes minutes on a machine as it comes),
+# beside everything else here, and at a lower priority than it: the
+# builds here are what the lanes wait for. The newest first (its lane is
+# the longest), then the oldest (pg_upgrade starts from it), then the
+# rest; each major is tested as soon as its build is in
+# ($BUILDS_REPORT says so, a line per major, as postgres-builds.sh goes).
+BUILDS_REPORT="$LOGS/builds.report"
+builds_ended() { [[ -s "$LOGS/builds.rc" ]]; }
+builds_order=$(tr ' ' '\n' <<<"$OTHER_MAJORS" | sed '/^$/d' | sort -rn | awk '
+    { m[NR] = $1 } END { if (NR) print m[1], (NR > 1 ? m[NR] : ""); for (i = 2; i < NR; i++) print m[i] }' | xargs)
+scripts/setup.sh --packages
+: >"$BUILDS_REPORT"
+builds_pid=""
+if [[ -n $builds_order ]]; then
+    step "PostgreSQL $builds_order: built from source in the background (log: $LOGS/postgres-builds.log)"
+    (
+        rc=0
+        SNOWFLAKE_BUILDS_REPORT="$BUILDS_REPORT" nice -n 10 scripts/postgres-builds.sh $builds_order || rc=$?
+        echo "$rc" >"$LOGS/builds.rc"
+    ) >"$LOGS/postgres-builds.log" 2>&1 &
+    builds_pid=$!
+else
+    echo 0 >"$LOGS/builds.rc"
+fi
+
 # What the gates and the core need first: a failing gate stops the run in
 # minutes, not after the PostgreSQL builds.
 scripts/setup.sh --toolchain
 layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
 layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
-
-stop_servers
-rm -rf "$SNOWFLAKE_TEST_DIR"
-mkdir -p "$SNOWFLAKE_TEST_DIR" "$LOGS"
-chown postgres "$SNOWFLAKE_TEST_DIR"
 
 # The fallback tests run test.sh itself and ask Debian's mirror: beside
 # the builds.
@@ -236,14 +272,8 @@ fallback_lane() {
         pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
 }
 
-# What the system's major needs (the client libraries, pgrx pointed at
-# it), then the other majors' PostgreSQL builds in the background, beside
-# the system major's builds and tests: compiling PostgreSQL takes minutes
-# on a machine as it comes, and a release build's link uses one core.
+# What the system's major needs besides: the client libraries.
 SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh
-step "PostgreSQL $OTHER_MAJORS: built from source in the background (log: $LOGS/postgres-builds.log)"
-scripts/postgres-builds.sh $OTHER_MAJORS >"$LOGS/postgres-builds.log" 2>&1 &
-builds_pid=$!
 # After the setup: the run of test.sh inside it checks the same packages.
 wanted fallback && start_lane fallback 59400 fallback_lane
 PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
@@ -323,50 +353,59 @@ if wanted regress || wanted update || wanted server || wanted citus || wanted pa
     start_lane "pg$m" 55400 system_lane
 fi
 
-# The other majors' builds, then the rest of the setup (pgrx pointed at
-# them; cached, so quick), which says which majors could be had.
-step "Waiting for the PostgreSQL builds"
-builds_rc=0
-wait "$builds_pid" || builds_rc=$?
-if ((builds_rc)); then
-    sed 's/^/  | /' "$LOGS/postgres-builds.log" >&2
-    current="all setup"
-    exit "$builds_rc"
-fi
-sed 's/^/  | /' "$LOGS/postgres-builds.log"
-report="$(mktemp)"
-SNOWFLAKE_BUILDS_REPORT="$report" scripts/setup.sh
-# The majors this machine could have; the rest are said here and at the end.
-available=""
-majors=("$SYSTEM_MAJOR")
-for m in $OTHER_MAJORS; do
-    majors+=("$m")
-    if grep -q "^$m available" "$report"; then
-        available="$available $m"
-        continue
+# The other majors, each as soon as its build is in: its #[pg_test] tests,
+# its install and package, then its lane. A major whose source could not
+# be had is said here and at the end.
+# The builds' log, once they end: where a major could not be had, with
+# the errors.
+builds_said=false
+say_builds() {
+    $builds_said && return 0
+    builds_said=true
+    if [[ $(cat "$LOGS/builds.rc") != 0 ]] || grep -q '^!!!' "$LOGS/postgres-builds.log"; then
+        sed 's/^/  | /' "$LOGS/postgres-builds.log" >&2
+    else
+        sed 's/^/  | /' "$LOGS/postgres-builds.log"
     fi
-    why=$(sed -n "s/^$m unavailable //p" "$report")
-    for r in pg_test regress update server citus package; do skip "$m" "$r" "no source"; done
-    notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
-done
-rm -f "$report"
-export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
-# The newest major besides the system's gets every real-server test.
-newest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | tail -n 1)
-for m in $SNOWFLAKE_AVAILABLE_MAJORS; do
-    [[ $m == "$newest" ]] || { skip "$m" server "newest only"; skip "$m" citus "newest only"; }
-done
-for m in "${majors[@]}"; do
-    [[ $m == "$SYSTEM_MAJOR" ]] || result[$m schema]="-"
-done
-for n in "${notes[@]}"; do printf '\n%s\n' "$n" >&2; done
-
-
-# The other majors, the newest first (it has the longest lane), then the
-# oldest (pg_upgrade starts from it), then the rest.
-oldest=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | head -n 1)
-order=$(tr ' ' '\n' <<<"$SNOWFLAKE_AVAILABLE_MAJORS" | sort -n | awk -v o="$oldest" -v n="$newest" \
-    '$1 != o && $1 != n { rest = rest " " $1 } END { print n, (o != n ? o : ""), rest }')
+}
+# Waits until the builds have said whether major $1 could be had; a
+# failure of the builds (a required major that cannot be had) ends the run.
+wait_build() {
+    until grep -q "^$1 " "$BUILDS_REPORT"; do
+        builds_ended && { builds_over; return; }
+        sleep 1
+    done
+}
+# The builds' end, their log said; their failure ends the run.
+builds_over() {
+    until builds_ended; do sleep 1; done
+    say_builds
+    local rc
+    rc=$(cat "$LOGS/builds.rc")
+    if ((rc)); then
+        current="all setup"
+        exit "$rc"
+    fi
+}
+available_build() { wait_build "$1" && grep -q "^$1 available " "$BUILDS_REPORT"; }
+# The newest available major gets every real-server test: known once every
+# major above it has been said.
+newest=""
+find_newest() {
+    local n
+    for n in $(tr ' ' '\n' <<<"$OTHER_MAJORS" | sort -rn); do
+        if available_build "$n"; then
+            newest=$n
+            return
+        fi
+    done
+}
+# The oldest available major, for pg_upgrade from it: a lane asks once
+# every build has ended.
+oldest_available() {
+    until builds_ended; do sleep 1; done
+    awk '$2 == "available" { print $1 }' "$BUILDS_REPORT" | sort -n | head -n 1
+}
 # What the build lane has installed: "installed-<major>" in $LOGS.
 installed() { [[ -f "$LOGS/installed-$1" ]]; }
 # Each other major's lane, with its PostgreSQL: pg_regress sits beside PGXS,
@@ -375,13 +414,14 @@ installed() { [[ -f "$LOGS/installed-$1" ]]; }
 # first: its pg_upgrade from the oldest needs that one installed, which the
 # build lane does meanwhile.
 other_lane() {
-    local m=$1 bin=$2 rc=0
+    local m=$1 bin=$2 rc=0 oldest
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
     if [[ $m == "$newest" ]]; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
         citus_layer "$m" "$bin/pg_config" || rc=1
     fi
     layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    oldest=$(oldest_available)
     if [[ $m != "$oldest" ]] && wanted update; then
         # pg_upgrade from the oldest major built here, once it has the
         # extension. Not from the system's: Debian's 15.20 gives every
@@ -398,7 +438,27 @@ other_lane() {
     return $rc
 }
 port=56400
-for m in $order; do
+available=""
+majors=("$SYSTEM_MAJOR" $OTHER_MAJORS)
+for m in $builds_order; do
+    step "PostgreSQL $m: waiting for its build"
+    if ! available_build "$m"; then
+        why=$(sed -n "s/^$m unavailable //p" "$BUILDS_REPORT")
+        for r in pg_test regress update server citus package; do skip "$m" "$r" "no source"; done
+        notes+=("!!! PostgreSQL $m was NOT tested: ${why:-no build}")
+        printf '\n%s\n' "${notes[-1]}" >&2
+        # A required one fails the run (the builds say so as they end).
+        [[ " ${SNOWFLAKE_REQUIRED_MAJORS-} " == *" $m "* ]] && builds_over
+        continue
+    fi
+    available="$available $m"
+    [[ -n $newest ]] || find_newest
+    if [[ $m != "$newest" ]]; then
+        skip "$m" server "newest only"
+        skip "$m" citus "newest only"
+    fi
+    result[$m schema]="-"
+    scripts/setup.sh --pgrx $available
     bin="$PG_CACHE/$m/bin"
     layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests" \
         cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$m"
@@ -409,6 +469,8 @@ for m in $order; do
     start_lane "pg$m" "$port" other_lane "$m" "$bin"
     port=$((port + 500))
 done
+builds_over
+export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
 
 step "Waiting for the lanes"
 finish_lanes
