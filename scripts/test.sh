@@ -235,10 +235,11 @@ chown postgres "$SNOWFLAKE_TEST_DIR"
 
 # The other majors' PostgreSQL, built from source in the background from
 # the start (compiling PostgreSQL takes minutes on a machine as it comes),
-# beside everything else here, and at a lower priority than it: the
-# builds here are what the lanes wait for. The newest first (its lane is
-# the longest), then the oldest (pg_upgrade starts from it), then the
-# rest; each major is tested as soon as its build is in
+# beside everything else here (at the same priority: a build niced below
+# the lanes' tests left the foreground waiting for it for minutes). The
+# newest first (its lane is the longest), then the oldest (pg_upgrade
+# starts from it), then the rest; each major is tested as soon as its
+# build is in
 # ($BUILDS_REPORT says so, a line per major, as postgres-builds.sh goes).
 BUILDS_REPORT="$LOGS/builds.report"
 builds_ended() { [[ -s "$LOGS/builds.rc" ]]; }
@@ -251,7 +252,7 @@ if [[ -n $builds_order ]]; then
     step "PostgreSQL $builds_order: built from source in the background (log: $LOGS/postgres-builds.log)"
     (
         rc=0
-        SNOWFLAKE_BUILDS_REPORT="$BUILDS_REPORT" nice -n 10 scripts/postgres-builds.sh $builds_order || rc=$?
+        SNOWFLAKE_BUILDS_REPORT="$BUILDS_REPORT" scripts/postgres-builds.sh $builds_order || rc=$?
         echo "$rc" >"$LOGS/builds.rc"
     ) >"$LOGS/postgres-builds.log" 2>&1 &
     builds_pid=$!

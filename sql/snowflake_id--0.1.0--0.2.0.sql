@@ -344,3 +344,39 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
+
+-- Data from another cluster is floored by the extension itself (see
+-- "Copies" in docs/operators.md). Updated here, the record starts empty:
+-- whether this database's data is this server's own or came with a
+-- pg_upgrade or a dump made under 0.1.0 cannot be told, so the first ID
+-- after the update reads every ID column once, and the floor writes this
+-- server's row.
+-- The servers whose IDs this database may hold: a row for the server that
+-- created the extension here, and one for every floor a server made after
+-- the data came from another cluster, naming the servers it covered (see
+-- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
+-- carries the table, pg_dump its rows (marked below), a publication of all
+-- tables its rows. A server that finds a row of another server none of its
+-- own rows covers reads the largest ID of every column whose default calls
+-- a generating function before it issues one in this database.
+-- Written by the extension alone (as the bootstrap superuser); readable by
+-- monitoring roles, as the status is.
+CREATE TABLE snowflake_id.snowflake_floors (
+    system_identifier bigint NOT NULL,
+    covers bigint[] NOT NULL DEFAULT '{}',
+    subscriptions_lsn pg_catalog.pg_lsn,
+    floor bigint,
+    at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;
+GRANT SELECT ON snowflake_id.snowflake_floors TO pg_read_all_stats;
+SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
+
+CREATE FUNCTION @extschema@.snowflake_resume_above(id uuid) RETURNS text
+VOLATILE STRICT PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_resume_above_uuid_wrapper';
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+CREATE FUNCTION @extschema@.snowflake_resume_above() RETURNS text
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_resume_above_everything_wrapper';
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;

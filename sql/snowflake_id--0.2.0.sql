@@ -23,7 +23,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:14
+-- src/api/admin.rs:15
 -- snowflake_id::api::admin::snowflake_adopt_settings
 CREATE  FUNCTION "snowflake_adopt_settings"() RETURNS TEXT /* String */
 STRICT VOLATILE PARALLEL UNSAFE
@@ -187,7 +187,7 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_batch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:28
+-- src/api/admin.rs:29
 -- snowflake_id::api::admin::snowflake_resume_above
 CREATE  FUNCTION "snowflake_resume_above"(
 	"id" bigint /* i64 */
@@ -195,6 +195,26 @@ CREATE  FUNCTION "snowflake_resume_above"(
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'snowflake_resume_above_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:56
+-- snowflake_id::api::admin::snowflake_resume_above
+CREATE  FUNCTION "snowflake_resume_above"() RETURNS TEXT /* String */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_resume_above_everything_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:41
+-- snowflake_id::api::admin::snowflake_resume_above
+CREATE  FUNCTION "snowflake_resume_above"(
+	"id" uuid /* pgrx :: Uuid */
+) RETURNS TEXT /* String */
+STRICT VOLATILE PARALLEL UNSAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_resume_above_uuid_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -402,6 +422,34 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:71
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/status.rs:170
 -- requires:
 --   snowflake_status
@@ -560,26 +608,31 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:36
+-- src/api/admin.rs:65
 -- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_status
---   convert::snowflake_convert
+--   snowflake_claims
 
--- Both move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+-- The servers whose IDs this database may hold: a row for the server that
+-- created the extension here, and one for every floor a server made after
+-- the data came from another cluster, naming the servers it covered (see
+-- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
+-- carries the table, pg_dump its rows (marked below), a publication of all
+-- tables its rows. A server that finds a row of another server none of its
+-- own rows covers reads the largest ID of every column whose default calls
+-- a generating function before it issues one in this database.
+-- Written by the extension alone (as the bootstrap superuser); readable by
+-- monitoring roles, as the status is.
+CREATE TABLE snowflake_id.snowflake_floors (
+    system_identifier bigint NOT NULL,
+    covers bigint[] NOT NULL DEFAULT '{}',
+    subscriptions_lsn pg_catalog.pg_lsn,
+    floor bigint,
+    at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;
+GRANT SELECT ON snowflake_id.snowflake_floors TO pg_read_all_stats;
+INSERT INTO snowflake_id.snowflake_floors (system_identifier)
+    SELECT system_identifier FROM pg_catalog.pg_control_system();
+SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 /* </end connected objects> */
 

@@ -4,6 +4,7 @@
 //! it is the error the next call would raise.
 
 use crate::citus;
+use crate::copies;
 use crate::mark::{self, Trigger};
 use crate::pg::clock;
 use crate::pg::error::{log, raise};
@@ -34,7 +35,8 @@ impl Env for Backend<'_> {
 
     #[inline]
     fn now_ms(&mut self) -> i64 {
-        self.first_reading.take().unwrap_or_else(clock::now_ms)
+        let first = self.first_reading.take();
+        first.unwrap_or_else(|| self.shm.generation_now(clock::now_ms()))
     }
 
     fn wait_ms(&mut self, ms: u64) -> Result<u64, Failure> {
@@ -50,7 +52,8 @@ impl Env for Backend<'_> {
     }
 
     fn make_durable(&mut self, through_tick: u64, budget_ms: u64) -> Result<u64, Failure> {
-        let now_tick = self.cfg.layout.tick_at_ms(clock::now_ms()).unwrap_or(0);
+        let now = self.shm.generation_now(clock::now_ms());
+        let now_tick = self.cfg.layout.tick_at_ms(now).unwrap_or(0);
         mark::extend(
             self.shm,
             self.cfg,
@@ -158,6 +161,10 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
 /// published mark.
 pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
     let (cfg, _) = preflight(shm, false)?;
+    if let Some(f) = copies::problem() {
+        return Err(f);
+    }
+    let now = shm.generation_now(now);
     let policy = settings::policy(&cfg.layout)?;
     if let Some(f) = time_problem(&shm.gen, &cfg.layout, &policy, now) {
         return Err(f);
@@ -189,6 +196,11 @@ pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> (&'static Config,
         warn_once_of_end(cfg, now);
     }
     let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
+    if !copies::checked() {
+        copies::floor_if_copied(shm, cfg, &policy.limits(), policy.max_wait_ms)
+            .unwrap_or_else(|f| counted(f));
+    }
+    let now = shm.generation_now(now);
     let mut env = Backend {
         shm,
         cfg,
@@ -306,6 +318,10 @@ pub fn next() -> (&'static Config, i64) {
         let shm = shmem::get()?;
         let cfg = settings::config().ok()?;
         let worker = shm.worker.get()?;
+        if !copies::checked() {
+            return None;
+        }
+        let now = shm.generation_now(now);
         if end_warning_due(cfg, now) {
             return None;
         }

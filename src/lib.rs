@@ -11,6 +11,7 @@
 //! - `mark`: the durable mark (moves, start, WAL redo, admin);
 //! - `citus`: what this node reads of its Citus metadata;
 //! - `opaque`: the secret keys of opaque IDs, as this process holds them;
+//! - `copies`: data from another cluster, floored before the first ID;
 //! - `issue`: issuing IDs, and the checks a call makes first;
 //! - `bgworkers`: the reserver and the claims worker;
 //! - `api`: every SQL function.
@@ -26,6 +27,7 @@ use pgrx::prelude::*;
 mod api;
 mod bgworkers;
 mod citus;
+mod copies;
 mod issue;
 mod mark;
 mod opaque;

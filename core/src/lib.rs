@@ -14,6 +14,7 @@
 //! - [`convert`]: the DDL that moves a table's key column to snowflake IDs.
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
+//! - [`copies`]: data from another cluster: when a database is floored, and how IDs continue.
 //! - [`resume`]: where generation may resume after a start or a crash.
 //! - [`shared_text`]: text one process writes and others read, without a lock.
 
@@ -24,6 +25,7 @@ pub mod citus;
 pub mod claims;
 pub mod config;
 pub mod convert;
+pub mod copies;
 pub mod failure;
 pub mod ff1;
 pub mod generator;

@@ -1,6 +1,7 @@
 //! The superuser's functions that re-establish the durable mark, and who
 //! may call what (`sql/privileges.sql`).
 
+use crate::copies;
 use crate::issue;
 use crate::mark;
 use crate::pg::error::OrRaise;
@@ -33,12 +34,48 @@ fn snowflake_resume_above(id: i64) -> String {
     mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise()
 }
 
+/// `snowflake_resume_above(id)` for a `uuid` column's IDs (made by
+/// `snowflake_uuidv7()`), e.g. with the column's largest:
+/// `SELECT snowflake_resume_above((SELECT id FROM t ORDER BY id DESC LIMIT 1));`.
+/// Superuser only; STRICT as the bigint form.
+#[pg_extern(volatile, strict, parallel_unsafe, name = "snowflake_resume_above")]
+fn snowflake_resume_above_uuid(id: pgrx::Uuid) -> String {
+    let shm = issue::shmem();
+    let cfg = settings::config().or_raise();
+    let policy = settings::policy(&cfg.layout).or_raise();
+    let id = snowflake_id_core::uuid::to_id(&cfg.layout, id.as_bytes()).or_raise();
+    mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise()
+}
+
+/// Puts every later ID above every ID this database holds: in every
+/// bigint and uuid column of every table (values more than an hour ahead
+/// of the clock are not taken for IDs), for IDs an application inserted
+/// without the column's default, which the automatic floor after a copy
+/// does not look for. Superuser only. Reads every such column, through its
+/// index where it has one.
+#[pg_extern(volatile, parallel_unsafe, name = "snowflake_resume_above")]
+fn snowflake_resume_above_everything() -> String {
+    let shm = issue::shmem();
+    let cfg = settings::config().or_raise();
+    let policy = settings::policy(&cfg.layout).or_raise();
+    copies::resume_above_everything(shm, cfg, &policy.limits(), policy.max_wait_ms.max(60_000))
+        .or_raise()
+}
+
+extension_sql_file!(
+    "sql/floors.sql",
+    name = "snowflake_floors",
+    requires = ["snowflake_claims"]
+);
+
 extension_sql_file!(
     "sql/privileges.sql",
     name = "privileges",
     requires = [
         snowflake_adopt_settings,
         snowflake_resume_above,
+        snowflake_resume_above_uuid,
+        snowflake_resume_above_everything,
         "snowflake_status",
         convert::snowflake_convert
     ]

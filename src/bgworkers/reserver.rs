@@ -101,7 +101,7 @@ pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
         let Ok(policy) = settings::policy(&cfg.layout) else {
             continue;
         };
-        let Some(now_tick) = cfg.layout.tick_at_ms(now) else {
+        let Some(now_tick) = cfg.layout.tick_at_ms(shm.generation_now(now)) else {
             continue;
         };
         let next = shm.gen.next();

@@ -7,6 +7,7 @@ use crate::pg::clock::now_ms;
 use crate::pg::{role, xlog};
 use crate::shmem::Shmem;
 use snowflake_id_core::config::Config;
+use snowflake_id_core::copies;
 use snowflake_id_core::generator::{Limits, Reservation};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::mark::{Identity, Stored, WORKER_UNKNOWN};
@@ -93,10 +94,25 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
 
 /// Puts every later ID of this server above `id` (an ID of this server's
 /// layout, from any worker), durably: for data that arrived without the
-/// mark (pg_upgrade, a logical dump restored into a server that keeps the
-/// worker id).
+/// mark where the extension cannot find it itself. Superuser only.
 pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<String, Failure> {
     require_superuser("snowflake_resume_above()")?;
+    floor_above(shm, cfg, lim, id, ADMIN_STANDBY_WAIT_MS)
+}
+
+/// Puts every later ID of this server above `id`, durably, waiting at most
+/// `standby_wait_ms` for a synchronous standby: what `resume_above` does,
+/// and what the floor of copied data does on the extension's own behalf.
+pub fn floor_above(
+    shm: &Shmem,
+    cfg: &Config,
+    lim: &Limits,
+    id: i64,
+    standby_wait_ms: u64,
+) -> Result<String, Failure> {
+    if xlog::in_recovery() {
+        return Err(read_only());
+    }
     if let Some(f) = refused(shm) {
         return Err(f);
     }
@@ -118,7 +134,13 @@ pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<
         let mark = reservation.next_mark(&shm.gen, lim, now_tick, tick + 1, shm.mark.tick());
         write(shm, cfg, mark)
     })?;
-    publish(shm, w, ADMIN_STANDBY_WAIT_MS)?;
+    publish(shm, w, standby_wait_ms)?;
+    // IDs made by a clock ahead of this one continue from their time, as a
+    // sequence would, instead of waiting for this clock (up to an hour).
+    let continues = copies::continue_from_ms(layout, id, now);
+    if let Some(at) = continues {
+        shm.continue_from(at);
+    }
     let first_tick = (shm.gen.next() >> lim.sequence_bits).max(now_tick);
     let first_ms = layout.tick_start_ms(first_tick);
     let ahead = first_ms - now;
@@ -126,9 +148,14 @@ pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<
         "every new ID is above {id}; the next carries a time of {} or later",
         format_instant(first_ms)
     );
-    if ahead > 0 {
+    if ahead > 0 && continues.is_some() {
         text.push_str(&format!(
-            ", {} ahead of the clock (calls wait or fail while that is more than snowflake_id.max_lead)",
+            ", {} ahead of the clock: IDs continue from there until the clock catches up",
+            format_duration(ahead as u64)
+        ));
+    } else if ahead > 0 {
+        text.push_str(&format!(
+            ", {} ahead of the clock, more than the hour IDs continue across (calls wait or fail while that is more than snowflake_id.max_lead)",
             format_duration(ahead as u64)
         ));
     }

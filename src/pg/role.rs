@@ -16,3 +16,45 @@ pub fn acts_as(role: pg_sys::Oid) -> bool {
     // SAFETY: catalog lookups of the current role and its memberships.
     unsafe { pg_sys::has_privs_of_role(pg_sys::GetUserId(), role) }
 }
+
+/// Runs `f` as `role` the way Postgres runs a table owner's code during
+/// maintenance: in a security-restricted operation (no SET ROLE, no
+/// temporary objects, no cursor kept past the transaction), with its own
+/// level of settings in which the search path is pinned to pg_catalog, and
+/// every setting changed meanwhile (even with a plain SET) rolled back
+/// afterwards. An error restores the caller's identity and settings with
+/// the (sub)transaction it aborts.
+pub fn acting_as<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: saves and switches this backend's current user, security
+    // context and settings level, as Postgres's own maintenance commands
+    // do; a search_path value Postgres validates itself.
+    let level = unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            role,
+            context
+                | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
+                | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            c"pg_catalog, pg_temp".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    let r = f();
+    // SAFETY: puts back what was saved above, settings first.
+    unsafe {
+        pg_sys::AtEOXact_GUC(false, level);
+        pg_sys::SetUserIdAndSecContext(user, context);
+    }
+    r
+}

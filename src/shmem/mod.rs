@@ -38,6 +38,9 @@ pub struct Shmem {
     pub worker: worker::WorkerId,
     pub counters: Counters,
     started_at_ms: AtomicI64,
+    /// The instant generation treats as now until the clock reaches it: the
+    /// time of copied IDs a floor found ahead of this server's clock (0: none).
+    continue_from_ms: AtomicI64,
     slot_count: u64,
 }
 
@@ -170,6 +173,7 @@ impl Shmem {
             worker: worker::WorkerId::new(),
             counters: Counters::default(),
             started_at_ms: AtomicI64::new(now_ms()),
+            continue_from_ms: AtomicI64::new(0),
             slot_count,
         }
     }
@@ -177,6 +181,20 @@ impl Shmem {
     /// When shared memory was last set up (server start or crash restart).
     pub fn started_at_ms(&self) -> i64 {
         self.started_at_ms.load(Ordering::Relaxed)
+    }
+
+    /// Makes generation treat `at_ms` as now until the clock reaches it
+    /// (never earlier than it was told before).
+    pub fn continue_from(&self, at_ms: i64) {
+        self.continue_from_ms.fetch_max(at_ms, Ordering::Relaxed);
+    }
+
+    /// The instant generation works from when the clock reads `clock_ms`:
+    /// the clock, or the time of copied IDs ahead of it (one load, on the
+    /// quick path).
+    #[inline]
+    pub fn generation_now(&self, clock_ms: i64) -> i64 {
+        clock_ms.max(self.continue_from_ms.load(Ordering::Relaxed))
     }
 
     #[inline]

@@ -19,7 +19,15 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
     try:
         srv.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'")
         srv.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
-        srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        # IDs 0.1.0 issued (this library does not issue under a 0.1.0
+        # catalog: see below), the newest a second ahead of the clock.
+        srv.sql("INSERT INTO t (id, n) SELECT snowflake_from_timestamp(now() + interval '1 s') + g, g"
+                " FROM generate_series(1, 1000) g")
+        # Until the update, this database cannot tell whether its data came
+        # from another cluster: IDs are refused, saying what to run.
+        code, message, hint = srv.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "is not updated" in message, message
+        assert hint == "Run ALTER EXTENSION snowflake_id UPDATE; in this database."
         assert srv.one("SELECT count(*) FROM information_schema.columns WHERE table_name = 'snowflake_status' AND column_name = 'mark_source'") == 0
         # The upgrade procedure: the new library is in place, restart, update.
         srv.stop()
@@ -27,7 +35,10 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         srv.sql("ALTER EXTENSION snowflake_id UPDATE")
         assert srv.one("SELECT extversion FROM pg_extension WHERE extname = 'snowflake_id'") == "0.2.0"
         top = srv.one("SELECT max(id) FROM t")
+        # The update leaves the record empty: the first ID floors above the
+        # IDs already there.
         srv.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 1000) g")
+        assert "its record of floors is empty" in srv.log_text()
         assert srv.one("SELECT min(id) FROM t WHERE id > %s", (top,)) is not None
         assert srv.one("SELECT count(*) FROM t WHERE id > %s", (top,)) == 1000
         assert srv.one("SELECT mark_source FROM snowflake_id.snowflake_status") == "written here"

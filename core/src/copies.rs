@@ -1,0 +1,219 @@
+//! Data that came from another cluster: whether a database must be floored
+//! before its next ID, and where the time inside IDs continues afterwards.
+//!
+//! A physical copy (a standby, a base backup, PITR) keeps the system
+//! identifier and replays the durable mark from WAL. A `pg_upgrade`, a dump
+//! restored elsewhere or a logical copy carries rows but not the mark, into
+//! a server with another system identifier. Each database keeps a record of
+//! the servers whose IDs it may hold (`snowflake_id.snowflake_floors`): the
+//! extension's creation writes the creating server's row, and every floor
+//! writes the flooring server's, with the other servers it covered. The
+//! rows travel with the data (pg_upgrade carries the table, pg_dump its
+//! rows, a publication of all tables its rows), so a server that finds a
+//! row of another server it has not covered knows the data came from
+//! elsewhere, and floors before it issues.
+
+use crate::layout::Layout;
+
+/// One server's row in a database's record of floors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloorRow {
+    pub system_identifier: i64,
+    /// The other servers whose rows were there when this server floored.
+    pub covers: Vec<i64>,
+    /// The largest LSN at which a table of a subscription of this database
+    /// had finished its initial copy when this server floored.
+    pub subscriptions_lsn: Option<u64>,
+    /// The highest ID the floor found.
+    pub floor: Option<i64>,
+}
+
+/// Why a database must be floored before this server issues in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// Rows of other servers that no floor of this server covered: a
+    /// pg_upgrade, a restored dump, a copied record.
+    OtherServers(Vec<i64>),
+    /// A subscription's table finished its initial copy since this server's
+    /// last floor.
+    InitialCopy,
+    /// No row at all: the record was emptied, or the rows came without it.
+    NoRecord,
+}
+
+impl Why {
+    /// The reason, for the server log.
+    pub fn describe(&self) -> String {
+        match self {
+            Why::OtherServers(ids) => format!(
+                "its data came from another cluster (system identifier {})",
+                ids.iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Why::InitialCopy => "a subscription copied tables into it".to_string(),
+            Why::NoRecord => "its record of floors is empty".to_string(),
+        }
+    }
+}
+
+/// Whether the database whose record is `rows` must be floored before this
+/// server (`me`) issues in it; `subscriptions_lsn` is where the newest
+/// finished initial copy of its subscriptions ended, if any did.
+pub fn floor_needed(me: i64, rows: &[FloorRow], subscriptions_lsn: Option<u64>) -> Option<Why> {
+    if rows.is_empty() {
+        return Some(Why::NoRecord);
+    }
+    let mine: Vec<&FloorRow> = rows.iter().filter(|r| r.system_identifier == me).collect();
+    let mut others: Vec<i64> = rows
+        .iter()
+        .map(|r| r.system_identifier)
+        .filter(|&s| s != me && !mine.iter().any(|m| m.covers.contains(&s)))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    if !others.is_empty() {
+        return Some(Why::OtherServers(others));
+    }
+    let floored_through = mine.iter().filter_map(|m| m.subscriptions_lsn).max();
+    match (subscriptions_lsn, floored_through) {
+        (Some(now), Some(then)) if now <= then => None,
+        (Some(_), _) => Some(Why::InitialCopy),
+        (None, _) => None,
+    }
+}
+
+/// The servers a floor by `me` covers: every other server with a row.
+pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<i64> {
+    let mut ids: Vec<i64> = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r.system_identifier).chain(r.covers.iter().copied()))
+        .filter(|&s| s != me)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// How far ahead of this server's clock the time inside IDs may continue
+/// after a floor: copied IDs made by a clock up to an hour ahead of this
+/// one are continued from, as a sequence would be, rather than waited for.
+pub const COPY_LEAD_LIMIT_MS: i64 = 3_600_000;
+
+/// The instant generation treats as "now" until the clock reaches it, after
+/// a floor at `floor` (an ID of `layout`) read at `now_ms`: the start of the
+/// floor's tick, if that is ahead of the clock by no more than
+/// [`COPY_LEAD_LIMIT_MS`]. Further ahead, the floor still holds, and calls
+/// wait or fail as after a clock stepped back.
+pub fn continue_from_ms(layout: &Layout, floor: i64, now_ms: i64) -> Option<i64> {
+    let tick = layout.decode_tick(floor).ok()?;
+    let at = layout.tick_start_ms(tick);
+    (at > now_ms && at - now_ms <= COPY_LEAD_LIMIT_MS).then_some(at)
+}
+
+/// The largest ID (of any worker) that `snowflake_resume_above()` without
+/// an argument takes as one: made no later than [`COPY_LEAD_LIMIT_MS`]
+/// after `now_ms`. A bigint column's larger values are other numbers (a
+/// nanosecond count, another system's ID), not IDs of this layout.
+pub fn plausible_upper(layout: &Layout, now_ms: i64) -> i64 {
+    let until_ms = now_ms.saturating_add(COPY_LEAD_LIMIT_MS);
+    let end_ms = layout.end_ms() - 1;
+    if until_ms >= end_ms {
+        return i64::MAX;
+    }
+    let first_after = layout
+        .lower_bound(i128::from(until_ms + 1) * 1000)
+        .unwrap_or(i64::MAX);
+    first_after.saturating_sub(1).max(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(s: i64, covers: &[i64], lsn: Option<u64>) -> FloorRow {
+        FloorRow {
+            system_identifier: s,
+            covers: covers.to_vec(),
+            subscriptions_lsn: lsn,
+            floor: None,
+        }
+    }
+
+    #[test]
+    fn a_database_made_here_needs_nothing() {
+        assert_eq!(floor_needed(7, &[row(7, &[], None)], None), None);
+        // Restored into the server it was dumped from: its own rows twice.
+        assert_eq!(
+            floor_needed(7, &[row(7, &[], None), row(7, &[], None)], None),
+            None
+        );
+    }
+
+    #[test]
+    fn rows_of_another_server_need_a_floor_until_one_covers_them() {
+        // pg_upgrade: only the old cluster's row.
+        assert_eq!(
+            floor_needed(9, &[row(7, &[], None)], None),
+            Some(Why::OtherServers(vec![7]))
+        );
+        // A restore: this server's creation row and the dumped one.
+        let restored = [row(9, &[], None), row(7, &[], None)];
+        assert_eq!(
+            floor_needed(9, &restored, None),
+            Some(Why::OtherServers(vec![7]))
+        );
+        assert_eq!(covered(9, &restored), vec![7]);
+        let floored = [row(9, &[], None), row(7, &[], None), row(9, &[7], None)];
+        assert_eq!(floor_needed(9, &floored, None), None);
+        // A copy of a copy: the server the copy came from had covered a third.
+        let chain = [row(7, &[5], None), row(5, &[], None)];
+        assert_eq!(
+            floor_needed(9, &chain, None),
+            Some(Why::OtherServers(vec![5, 7]))
+        );
+        assert_eq!(covered(9, &chain), vec![5, 7]);
+    }
+
+    #[test]
+    fn an_empty_record_is_floored() {
+        assert_eq!(floor_needed(9, &[], None), Some(Why::NoRecord));
+    }
+
+    #[test]
+    fn a_finished_initial_copy_is_floored_once() {
+        let created = [row(9, &[], None)];
+        assert_eq!(floor_needed(9, &created, Some(100)), Some(Why::InitialCopy));
+        let floored = [row(9, &[], None), row(9, &[], Some(100))];
+        assert_eq!(floor_needed(9, &floored, Some(100)), None);
+        // A table added to the publication later and copied.
+        assert_eq!(floor_needed(9, &floored, Some(250)), Some(Why::InitialCopy));
+        assert_eq!(floor_needed(9, &floored, None), None);
+    }
+
+    #[test]
+    fn ids_continue_from_a_floor_up_to_an_hour_ahead() {
+        let l = Layout::by_name("snowflake_id").unwrap();
+        let now = l.epoch_ms() + 1_000_000;
+        let ahead = l.lower_bound(i128::from(now + 60_000) * 1000).unwrap();
+        assert_eq!(continue_from_ms(&l, ahead, now), Some(now + 60_000));
+        let behind = l.lower_bound(i128::from(now - 60_000) * 1000).unwrap();
+        assert_eq!(continue_from_ms(&l, behind, now), None);
+        let far = l
+            .lower_bound(i128::from(now + COPY_LEAD_LIMIT_MS + 1) * 1000)
+            .unwrap();
+        assert_eq!(continue_from_ms(&l, far, now), None);
+    }
+
+    #[test]
+    fn plausible_ids_end_an_hour_after_the_clock() {
+        let l = Layout::by_name("snowflake_id").unwrap();
+        let now = l.epoch_ms() + 1_000_000;
+        let upper = plausible_upper(&l, now);
+        assert_eq!(l.decode(upper).unwrap().unix_ms, now + COPY_LEAD_LIMIT_MS);
+        assert!(l.decode(upper + 1).unwrap().unix_ms > now + COPY_LEAD_LIMIT_MS);
+        // Near the layout's end, every ID is one.
+        assert_eq!(plausible_upper(&l, l.end_ms() - 10), i64::MAX);
+    }
+}

@@ -1,0 +1,503 @@
+//! Data that came from another cluster (a `pg_upgrade`, a restored dump, a
+//! logical initial copy), floored before this server issues an ID in it.
+//!
+//! Each backend asks once, at its first ID, whether its database's record
+//! of floors (`snowflake_id.snowflake_floors`, see the core's `copies`)
+//! holds a server this one has not covered, or a subscription finished an
+//! initial copy since this server's last floor: two reads of small tables,
+//! never a scan of the data. Only then is the data read: the largest value
+//! of every column whose default calls a generating function, through its
+//! index where it has one, and every later ID goes above it (the mark,
+//! WAL-logged, as `snowflake_resume_above` moves it). A backend whose
+//! subscriptions change meanwhile asks again.
+//!
+//! The reads run as the bootstrap superuser, in a security-restricted
+//! operation with the search path pinned: the extension acts on its own
+//! behalf, over tables the caller may not read. They read tables alone
+//! (never views, whose code would run as that superuser), with pg_catalog's
+//! operators, and under the caller's statement and lock timeouts.
+
+use crate::mark;
+use crate::pg::process::ProcessLocal;
+use crate::pg::{clock, role, spi, xlog};
+use crate::shmem::Shmem;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use snowflake_id_core::config::Config;
+use snowflake_id_core::copies::{self, FloorRow};
+use snowflake_id_core::generator::Limits;
+use snowflake_id_core::layout::Layout;
+use snowflake_id_core::timefmt::format_instant;
+use snowflake_id_core::{uuid, Class, Failure};
+use std::cell::Cell;
+use std::time::Instant;
+
+/// Whether this backend has checked its database since it started (or
+/// since its subscriptions' tables last changed state).
+static CHECKED: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+/// Whether the invalidation callback is registered in this backend.
+static WATCHING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+/// Whether this backend's database needs no check before its next ID (one
+/// load: the quick path asks).
+#[inline]
+pub fn checked() -> bool {
+    CHECKED.0.get()
+}
+
+/// The generating functions whose calls in a column's default make the
+/// column one of IDs.
+const GENERATORS: &str = "'snowflake_nextval', 'snowflake_uuidv7'";
+
+/// A column that may hold IDs: where it is, and how to read its largest.
+struct Column {
+    schema: String,
+    table: String,
+    column: String,
+    is_uuid: bool,
+}
+
+impl Column {
+    fn name(&self) -> String {
+        format!("{}.{}.{}", self.schema, self.table, self.column)
+    }
+
+    /// The statement that reads the column's values from the largest down
+    /// (bigint: only the largest), below `upper` if given.
+    fn statement(&self, upper: bool) -> String {
+        // ONLY: an inheriting table is read as a table of its own.
+        let rel = format!("ONLY {}.{}", ident(&self.schema), ident(&self.table));
+        let col = ident(&self.column);
+        if self.is_uuid {
+            // Only version 7 UUIDs can be IDs: the others are passed over in
+            // the database, not here.
+            format!(
+                "SELECT {col} FROM {rel} WHERE {col} IS NOT NULL \
+                 AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) = '7'{} ORDER BY {col} DESC",
+                if upper {
+                    format!(" AND {col} <= $1")
+                } else {
+                    String::new()
+                }
+            )
+        } else {
+            format!(
+                "SELECT pg_catalog.max({col}) FROM {rel}{}",
+                if upper {
+                    format!(" WHERE {col} <= $1")
+                } else {
+                    String::new()
+                }
+            )
+        }
+    }
+}
+
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The largest ID of every column that may hold them, and where it was.
+struct Found {
+    highest: Option<(i64, String)>,
+    columns: usize,
+}
+
+/// Reads the largest ID of each column (of `layout`; UUIDs that hold none
+/// are passed over); with `upper`, only IDs at or below it count.
+fn highest(columns: &[Column], layout: &Layout, upper: Option<i64>) -> Found {
+    let mut highest: Option<(i64, String)> = None;
+    for c in columns {
+        let value = if c.is_uuid {
+            highest_uuid(c, layout, upper)
+        } else {
+            let args = upper
+                .map(|u| vec![DatumWithOid::from(u)])
+                .unwrap_or_default();
+            spi::ok(Spi::connect(|client| {
+                client
+                    .select(&c.statement(upper.is_some()), Some(1), &args)?
+                    .first()
+                    .get_one::<i64>()
+            }))
+        };
+        if let Some(v) = value {
+            if highest.as_ref().is_none_or(|(h, _)| v > *h) {
+                highest = Some((v, c.name()));
+            }
+        }
+    }
+    Found {
+        highest,
+        columns: columns.len(),
+    }
+}
+
+/// The ID of the largest UUID of a column that holds one of `layout`.
+fn highest_uuid(c: &Column, layout: &Layout, upper: Option<i64>) -> Option<i64> {
+    let bound = upper.map(|u| uuid::from_id(layout, u, u128::MAX).map(pgrx::Uuid::from_bytes));
+    let bound = match bound {
+        Some(Ok(b)) => Some(b),
+        // No UUID can hold an ID that high: every one is below it.
+        Some(Err(_)) => None,
+        None => None,
+    };
+    let args = bound
+        .map(|b| vec![DatumWithOid::from(b)])
+        .unwrap_or_default();
+    spi::ok(Spi::connect(|client| {
+        let mut cursor = client.open_cursor(&c.statement(bound.is_some()), &args);
+        loop {
+            let rows = cursor.fetch(256)?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            for row in rows {
+                if let Some(u) = row.get::<pgrx::Uuid>(1)? {
+                    if let Ok(id) = uuid::to_id(layout, u.as_bytes()) {
+                        return Ok(Some(id));
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// The columns whose default calls a generating function of this
+/// extension: bigint and uuid columns of tables, and of the leaf
+/// partitions of partitioned tables (each read on its own, with its own
+/// index; a foreign partition is not read: its rows are another server's).
+fn id_columns() -> Vec<Column> {
+    let query = format!(
+        "WITH generators AS (
+             SELECT p.oid FROM pg_catalog.pg_depend e
+             JOIN pg_catalog.pg_proc p ON p.oid = e.objid
+             JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid
+             WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+               AND e.deptype = 'e' AND x.extname = 'snowflake_id'
+               AND p.proname IN ({GENERATORS})),
+         defaults AS (
+             SELECT DISTINCT c.oid AS rel, c.relkind, a.attname, a.atttypid
+             FROM pg_catalog.pg_depend d
+             JOIN pg_catalog.pg_attrdef ad ON ad.oid = d.objid
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+             JOIN pg_catalog.pg_class c ON c.oid = ad.adrelid
+             WHERE d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+               AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND d.refobjid IN (SELECT oid FROM generators)
+               AND a.atttypid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)
+               AND NOT a.attisdropped AND c.relkind IN ('r', 'p')),
+         tables AS (
+             SELECT rel, attname, atttypid FROM defaults WHERE relkind = 'r'
+             UNION
+             SELECT t.relid, d.attname, d.atttypid
+             FROM defaults d, pg_catalog.pg_partition_tree(d.rel) t
+             JOIN pg_catalog.pg_class l ON l.oid = t.relid
+             WHERE d.relkind = 'p' AND t.isleaf AND l.relkind = 'r')
+         SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
+                t.atttypid = 'pg_catalog.uuid'::pg_catalog.regtype
+         FROM tables t
+         JOIN pg_catalog.pg_class c ON c.oid = t.rel
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         ORDER BY 1, 2, 3"
+    );
+    columns(&query)
+}
+
+/// Every bigint and uuid column of every table of this database, but the
+/// system's, the extension's own and temporary ones: what
+/// `snowflake_resume_above()` reads.
+fn all_columns() -> Vec<Column> {
+    columns(
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
+                a.atttypid = 'pg_catalog.uuid'::pg_catalog.regtype
+         FROM pg_catalog.pg_attribute a
+         JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
+           AND a.atttypid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)
+           AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'snowflake_id')
+           AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
+         ORDER BY 1, 2, 3",
+    )
+}
+
+fn columns(query: &str) -> Vec<Column> {
+    spi::ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(query, None, &[])? {
+            out.push(Column {
+                schema: row.get::<String>(1)?.unwrap_or_default(),
+                table: row.get::<String>(2)?.unwrap_or_default(),
+                column: row.get::<String>(3)?.unwrap_or_default(),
+                is_uuid: row.get::<bool>(4)?.unwrap_or(false),
+            });
+        }
+        Ok(out)
+    }))
+}
+
+/// The record's OID, if this database's extension has one (0.1.0 had none).
+fn record() -> Option<pg_sys::Oid> {
+    spi::ok(Spi::get_one::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass('snowflake_id.snowflake_floors')::pg_catalog.oid",
+    ))
+    .filter(|oid| *oid != pg_sys::InvalidOid)
+}
+
+/// The record's rows, and where this database's subscriptions' newest
+/// finished initial copy ended.
+fn read_record() -> (Vec<FloorRow>, Option<u64>) {
+    spi::ok(Spi::connect(|client| {
+        let mut rows = Vec::new();
+        for row in client.select(
+            "SELECT system_identifier, covers,
+                    (subscriptions_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8, floor
+             FROM snowflake_id.snowflake_floors",
+            None,
+            &[],
+        )? {
+            rows.push(FloorRow {
+                system_identifier: row.get::<i64>(1)?.unwrap_or(0),
+                covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
+                subscriptions_lsn: row.get::<i64>(3)?.map(|l| l as u64),
+                floor: row.get::<i64>(4)?,
+            });
+        }
+        let lsn = client
+            .select(
+                "SELECT (pg_catalog.max(srsublsn) OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8
+                 FROM pg_catalog.pg_subscription_rel WHERE srsubstate IN ('s', 'r')",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<i64>()?;
+        Ok((rows, lsn.map(|l| l as u64)))
+    }))
+}
+
+/// Adds this server's row: it floored, covering `covers`, through the
+/// subscriptions' copies up to `lsn`, above `floor`. Not where the
+/// transaction cannot write (the floor holds all the same, in the mark:
+/// the next start floors again).
+fn write_record(me: i64, covers: &[i64], lsn: Option<u64>, floor: Option<i64>) -> bool {
+    // SAFETY: flags of the current transaction, read inside it.
+    if unsafe { pg_sys::XactReadOnly || pg_sys::IsInParallelMode() } {
+        return false;
+    }
+    let lsn = lsn.map(|l| format!("{:X}/{:X}", l >> 32, l & 0xffff_ffff));
+    spi::run(
+        "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscriptions_lsn, floor)
+         VALUES ($1, $2, $3::pg_catalog.pg_lsn, $4)",
+        &[
+            DatumWithOid::from(me),
+            DatumWithOid::from(covers.to_vec()),
+            DatumWithOid::from(lsn),
+            DatumWithOid::from(floor),
+        ],
+    );
+    true
+}
+
+/// Floors this database before this backend's first ID, if its data came
+/// from another cluster (see the module's documentation).
+pub fn floor_if_copied(
+    shm: &Shmem,
+    cfg: &Config,
+    lim: &Limits,
+    standby_wait_ms: u64,
+) -> Result<(), Failure> {
+    watch_subscriptions();
+    let me = xlog::origin().0 as i64;
+    let done = role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+        let Some(oid) = record() else {
+            return Err(not_updated());
+        };
+        let (rows, lsn) = read_record();
+        let Some(_) = copies::floor_needed(me, &rows, lsn) else {
+            continue_from_record(shm, cfg, me, &rows);
+            return Ok(());
+        };
+        // One floor at a time in a database; the next reads the record the
+        // first wrote, once the first's transaction has ended.
+        // SAFETY: a lock on the record's relation, released at the end of
+        // the transaction.
+        unsafe {
+            pg_sys::LockRelationOid(oid, pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE)
+        };
+        let (rows, lsn) = read_record();
+        let Some(why) = copies::floor_needed(me, &rows, lsn) else {
+            continue_from_record(shm, cfg, me, &rows);
+            return Ok(());
+        };
+        // SAFETY: a flag of the current transaction, read inside it.
+        if unsafe { pg_sys::IsInParallelMode() } {
+            // A floor writes WAL, which a parallel query cannot.
+            return Err(Failure::new(
+                Class::NotReady,
+                format!(
+                    "snowflake_id cannot floor database \"{}\" inside a parallel query",
+                    database_name()
+                ),
+            )
+            .detail(format!(
+                "Before its next ID, this database must be floored: {}.",
+                why.describe()
+            ))
+            .hint("Take one ID outside a parallel query first: SELECT snowflake_nextval();"));
+        }
+        let started = Instant::now();
+        let columns = id_columns();
+        let found = highest(&columns, &cfg.layout, None);
+        let said = match &found.highest {
+            Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
+            None => "no column holds an ID".to_string(),
+        };
+        let recorded = write_record(
+            me,
+            &copies::covered(me, &rows),
+            lsn,
+            found.highest.as_ref().map(|h| h.0),
+        );
+        log!(
+            "snowflake_id: database \"{}\" was floored because {}: {} column(s) read in {} ms{}; {said}{}",
+            database_name(),
+            why.describe(),
+            found.columns,
+            started.elapsed().as_millis(),
+            found
+                .highest
+                .as_ref()
+                .map(|(id, at)| format!(", the highest ID {id} in {at}"))
+                .unwrap_or_default(),
+            if recorded { "" } else { " (not recorded: the transaction cannot write; the next start floors again)" }
+        );
+        Ok(())
+    });
+    if done.is_ok() {
+        CHECKED.0.set(true);
+    }
+    done
+}
+
+/// The refusal in a database whose extension is older than its library
+/// (0.1.0 kept no record of floors): whether its data came from another
+/// cluster cannot be told until the update makes the record.
+fn not_updated() -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!("snowflake_id in database \"{}\" is not updated to its library's version", database_name()),
+    )
+    .detail("Until it is, whether this database's data came from another cluster (pg_upgrade, a dump) cannot be told, and IDs issued here could repeat copied ones.")
+    .hint("Run ALTER EXTENSION snowflake_id UPDATE; in this database.")
+}
+
+/// What the next call in this database would meet before its ID: the
+/// refusal of a database whose extension is not updated.
+pub fn problem() -> Option<Failure> {
+    if checked() {
+        return None;
+    }
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), record)
+        .is_none()
+        .then(not_updated)
+}
+
+/// After a restart, IDs go on from where the floor this server made found
+/// copied IDs ahead of its clock, until the clock gets there.
+fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
+    let now = clock::now_ms();
+    if let Some(at) = rows
+        .iter()
+        .filter(|r| r.system_identifier == me)
+        .filter_map(|r| r.floor)
+        .filter_map(|f| copies::continue_from_ms(&cfg.layout, f, now))
+        .max()
+    {
+        shm.continue_from(at);
+    }
+}
+
+fn database_name() -> String {
+    // SAFETY: the name of this backend's database, looked up in its catalog.
+    unsafe {
+        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+        if name.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(name)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// `snowflake_resume_above()`: every later ID above every ID this database
+/// holds in any bigint or uuid column (IDs an application inserted without
+/// the default included): values later than an hour ahead of the clock are
+/// other numbers, not IDs. Superuser only.
+pub fn resume_above_everything(
+    shm: &Shmem,
+    cfg: &Config,
+    lim: &Limits,
+    standby_wait_ms: u64,
+) -> Result<String, Failure> {
+    if !role::is_superuser() {
+        return Err(Failure::new(
+            Class::Privilege,
+            "only a superuser may run snowflake_resume_above()",
+        ));
+    }
+    let me = xlog::origin().0 as i64;
+    let upper = copies::plausible_upper(&cfg.layout, clock::now_ms());
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+        let started = Instant::now();
+        let columns = all_columns();
+        let found = highest(&columns, &cfg.layout, Some(upper));
+        let Some((id, at)) = found.highest else {
+            return Ok(format!(
+                "no ID in {} column(s) at or below the largest an ID can be now ({}): nothing to resume above",
+                found.columns,
+                format_instant(cfg.layout.decode(upper).map(|d| d.unix_ms).unwrap_or(0))
+            ));
+        };
+        let said = mark::admin::floor_above(shm, cfg, lim, id, standby_wait_ms)?;
+        if record().is_some() {
+            let (rows, lsn) = read_record();
+            write_record(me, &copies::covered(me, &rows), lsn, Some(id));
+        }
+        Ok(format!(
+            "{said} (the highest of {} column(s), in {at}, read in {} ms)",
+            found.columns,
+            started.elapsed().as_millis()
+        ))
+    })
+}
+
+/// The subscriptions' tables changing state (an initial copy ending, a
+/// table added) make this backend check its database again.
+fn watch_subscriptions() {
+    if WATCHING.0.get() {
+        return;
+    }
+    // SAFETY: registers a callback for the life of this backend, once.
+    unsafe {
+        pg_sys::CacheRegisterSyscacheCallback(
+            pg_sys::SysCacheIdentifier::SUBSCRIPTIONRELMAP as std::ffi::c_int,
+            Some(subscriptions_changed),
+            pg_sys::Datum::from(0),
+        );
+    }
+    WATCHING.0.set(true);
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subscriptions_changed(
+    _arg: pg_sys::Datum,
+    _cache: std::ffi::c_int,
+    _hash: u32,
+) {
+    CHECKED.0.set(false);
+}

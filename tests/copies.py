@@ -1,0 +1,112 @@
+"""What the tests of copies between clusters share (tests/replication/test_copies.py,
+tests/packaging/test_pg_upgrade.py): a database with every kind of ID column
+the automatic floor reads, filled on the original server with a burst at its
+end, and what the copy's server then issues into it.
+
+The copy's server runs with its clock 60 s behind the original's (libfaketime),
+the same worker id, and applications writing at once: two sessions inserting
+into every table, nobody running a statement first."""
+
+import threading
+import time
+
+import psycopg2
+
+# A bigint key, an event log without any index, a uuid key, a partitioned
+# table (its leaf partitions read one by one), and a bigint column an
+# application fills itself, which only snowflake_resume_above() finds.
+SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS snowflake_id;
+CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int);
+CREATE TABLE ev (id bigint DEFAULT snowflake_nextval(), n int);
+CREATE TABLE u (id uuid PRIMARY KEY DEFAULT snowflake_uuidv7(), n int);
+CREATE TABLE p (id bigint DEFAULT snowflake_nextval(), n int, PRIMARY KEY (n, id)) PARTITION BY RANGE (n);
+CREATE TABLE p_low PARTITION OF p FOR VALUES FROM (MINVALUE) TO (1000);
+CREATE TABLE p_high PARTITION OF p FOR VALUES FROM (1000) TO (MAXVALUE);
+CREATE TABLE app_made (ref bigint, n int);
+"""
+TABLES = ("t", "ev", "u", "p")
+# Every ID in the database, as bigint, with the row's n.
+ALL_IDS = """
+SELECT id, n FROM t UNION ALL SELECT id, n FROM ev UNION ALL SELECT snowflake_uuid_to_id(id), n FROM u
+UNION ALL SELECT id, n FROM p
+"""
+# The n of rows written after the copy.
+AFTER = 10_000_000
+CLOCK_BEHIND_S = 60
+
+
+def fill(s, dbname="postgres", rows=2000):
+    """The original's data: rows in every table, then a burst of IDs into
+    the event log (a batch, as fast as the generator gives them: it runs
+    ahead of the clock) and, a second later, IDs the application stored
+    itself, the newest of all."""
+    for table in ("t", "ev", "u"):
+        s.sql(f"INSERT INTO {table} (n) SELECT g FROM generate_series(1, {rows}) g", dbname=dbname)
+    s.sql(f"INSERT INTO p (n) SELECT g FROM generate_series(1, {rows}) g", dbname=dbname)
+    s.sql("INSERT INTO ev (id, n) SELECT i, 0 FROM snowflake_nextval_batch(200000) i", dbname=dbname)
+    # A second later: above everything the automatic floor reads, by more
+    # than the copy's writes take.
+    time.sleep(1.0)
+    s.sql("INSERT INTO app_made (ref, n) SELECT snowflake_nextval(), 0 FROM generate_series(1, 10)", dbname=dbname)
+    return {
+        "top": s.one(f"SELECT max(id) FROM ({ALL_IDS}) a", dbname=dbname),
+        "app_top": s.one("SELECT max(ref) FROM app_made", dbname=dbname),
+        "ids": set(r[0] for r in s.sql(f"SELECT id FROM ({ALL_IDS}) a", dbname=dbname)),
+    }
+
+
+def write_at_once(s, dbname="postgres", seconds=3.0, sessions=2):
+    """Two sessions inserting into every table as soon as the copy's server
+    is up. Returns the wait of the first insert (seconds), the errors by
+    SQLSTATE, and how many inserts succeeded."""
+    first = {}
+    errors = {}
+    done = [0]
+    lock = threading.Lock()
+
+    def work(k):
+        conn = s.connect(dbname=dbname)
+        cur = conn.cursor()
+        until = None
+        i = 0
+        while until is None or time.time() < until:
+            table = TABLES[i % len(TABLES)]
+            started = time.time()
+            try:
+                cur.execute(f"INSERT INTO {table} (n) VALUES (%s)", (AFTER + k * 1_000_000 + i,))
+                with lock:
+                    done[0] += 1
+                    first.setdefault("wait", time.time() - started)
+            except psycopg2.Error as e:
+                with lock:
+                    errors[e.pgcode] = errors.get(e.pgcode, 0) + 1
+            until = until or time.time() + seconds
+            i += 1
+        conn.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return first.get("wait"), errors, done[0]
+
+
+def check_copy(s, original, dbname="postgres", what="the copy"):
+    """The copy's server issues at once, with no error, and no ID the copied
+    data holds: every new ID is above every copied one. Returns the first
+    insert's wait."""
+    wait, errors, inserted = write_at_once(s, dbname=dbname)
+    assert not errors, f"{what}: inserts failed right after the copy: {errors}\n{s.log_text()[-3000:]}"
+    assert inserted > 0
+    new = [r[0] for r in s.sql(f"SELECT id FROM ({ALL_IDS}) a WHERE n >= {AFTER}", dbname=dbname)]
+    assert len(new) == inserted == len(set(new)), f"{what}: {inserted} inserts, {len(new)} new rows"
+    repeated = set(new) & original["ids"]
+    assert not repeated, f"{what}: {len(repeated)} IDs issued again"
+    assert min(new) > original["top"], f"{what}: a new ID {min(new)} is below the copied {original['top']}"
+    # The floor was the extension's doing, said in the log.
+    assert "was floored because" in s.log_text(), s.log_text()[-3000:]
+    print(f"{what}: first insert waited {wait * 1000:.0f} ms (clock {CLOCK_BEHIND_S} s behind); "
+          f"{inserted} inserts in 3 s, none failed")
+    return wait

@@ -1,0 +1,198 @@
+"""Copies that carry rows but not the durable mark, into a server with the
+same worker id whose clock is 60 s behind the original's: a custom-format
+dump restored with pg_restore, pg_dumpall replayed with psql, and a logical
+initial copy. Nobody runs a statement after the copy: the extension finds
+the copy (its record of floors, snowflake_id.snowflake_floors, names
+another server, or a subscription finished an initial copy) and floors the
+database before its first ID. Every ID issued afterwards is above every
+copied one; the inserts right after the copy do not fail (IDs continue
+from the copied ones' time instead of waiting for the clock); the first
+insert's wait is printed.
+
+Also: an ordinary restart and a database made here read no data; the
+record is the extension's alone; snowflake_resume_above() finds IDs an
+application stored itself, and snowflake_resume_above(uuid) takes a uuid
+column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
+
+import os
+
+from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
+from harness import PG_BIN, Server, _as_postgres, application_role, servers
+
+
+# Debian's own PostgreSQL: the dump's source wherever the suite runs, so
+# that on a newer major the dump crosses majors as users' do on the way up
+# (15.20's pg_dump leaves its pg_attver column option out; see
+# docs/operators.md, "On the way to 18").
+SYSTEM_BIN = "/usr/lib/postgresql/15/bin"
+
+
+def original(made, name, conf=None, bin=None):
+    s = Server(name, conf=conf, bin=bin)
+    made.append(s)
+    s.start()
+    s.sql(SCHEMA)
+    return s, fill(s)
+
+
+def copy_target(made, name, conf=None):
+    """The copy's server: same worker id, its clock 60 s behind."""
+    s = Server(name, faketime=True, conf=conf)
+    made.append(s)
+    s.set_clock(-CLOCK_BEHIND_S)
+    s.start()
+    return s
+
+
+def shell(cmd):
+    r = _as_postgres(["bash", "-o", "pipefail", "-c", cmd], check=False)
+    assert r.returncode == 0, f"{cmd}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    return r
+
+
+def conn_args(s):
+    return f"-h {s.dir} -p {s.port} -U postgres"
+
+
+def test_a_restored_custom_dump_is_floored_by_the_extension():
+    """Dumped from Debian's 15 by its pg_dump, restored with this major's
+    pg_restore (15 or the newest the suite builds)."""
+    with servers() as made:
+        a, data = original(made, "dump-a", bin=SYSTEM_BIN)
+        b = copy_target(made, "dump-b")
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{SYSTEM_BIN}/pg_dump -Fc {conn_args(a)} -d postgres -f {dump}")
+        a.stop()
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --exit-on-error {dump}")
+        # The dump carried the original's row of the record.
+        a_sysid = b.one("SELECT min(system_identifier) FROM snowflake_id.snowflake_floors"
+                        " WHERE system_identifier <> (SELECT system_identifier FROM pg_control_system())")
+        assert a_sysid is not None
+        check_copy(b, data, what="pg_dump -Fc | pg_restore")
+        # IDs the application stored itself (no default calls a generating
+        # function there) are above the automatic floor: one statement
+        # without a table list puts every later ID above them too.
+        assert b.one("SELECT snowflake_nextval()") < data["app_top"]
+        said = b.one("SELECT snowflake_resume_above()")
+        assert "every new ID is above" in said and "app_made.ref" in said, said
+        assert b.one("SELECT snowflake_nextval()") > data["app_top"]
+        # The uuid form: a uuid column's largest.
+        said = b.one("SELECT snowflake_resume_above((SELECT id FROM u ORDER BY id DESC LIMIT 1))")
+        assert "every new ID is above" in said, said
+        # This server's floor now covers the original's row: a restart reads nothing.
+        assert b.one("SELECT bool_or(%s = ANY (covers)) FROM snowflake_id.snowflake_floors", (a_sysid,)) is True
+        floors = b.log_text().count("was floored because")
+        b.restart()
+        b.sql("INSERT INTO t (n) VALUES (-1)")
+        assert b.log_text().count("was floored because") == floors
+
+
+def test_pg_dumpall_replayed_with_psql_is_floored_by_the_extension():
+    with servers() as made:
+        a, data = original(made, "dumpall-a")
+        b = copy_target(made, "dumpall-b")
+        out = os.path.join(b.dir, "all.sql")
+        shell(f"{PG_BIN}/pg_dumpall {conn_args(a)} -f {out}")
+        a.stop()
+        # The role postgres exists already there: that one error is expected.
+        shell(f"{PG_BIN}/psql {conn_args(b)} -d postgres -q -f {out} 2>&1 | grep -v 'already exists' || true")
+        assert b.one("SELECT count(*) FROM t") == 2000
+        check_copy(b, data, what="pg_dumpall | psql")
+
+
+def test_a_logical_initial_copy_is_floored_by_the_extension():
+    with servers() as made:
+        a, data = original(made, "logical-a", conf={"wal_level": "logical"})
+        a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
+        b = copy_target(made, "logical-b")
+        b.sql(SCHEMA)
+        # Made here, before any copy: its first ID reads no data.
+        b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
+        assert "was floored because" not in b.log_text()
+        b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
+              " PUBLICATION pub")
+        b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
+                   what="the initial copy did not end")
+        assert b.one("SELECT count(*) FROM ev") == data_rows(a, "ev")
+        # The cut-over: the original stops, the copy takes the writes.
+        b.sql("ALTER SUBSCRIPTION sub DISABLE")
+        a.stop()
+        check_copy(b, data, what="logical replication's initial copy")
+        assert "a subscription copied tables into it" in b.log_text()
+
+
+def data_rows(s, table):
+    return s.one(f"SELECT count(*) FROM {table}")
+
+
+def test_an_ordinary_restart_and_a_new_database_read_no_data():
+    with servers() as made:
+        s = Server("floors-plain")
+        made.append(s)
+        s.start()
+        s.sql(SCHEMA)
+        fill(s, rows=100)
+        s.restart()
+        s.kill9_all()
+        s.start()
+        s.sql("INSERT INTO t (n) VALUES (1)")
+        s.sql("CREATE DATABASE other")
+        s.sql(SCHEMA, dbname="other")
+        s.sql("INSERT INTO ev (n) VALUES (1)", dbname="other")
+        assert "was floored because" not in s.log_text(), s.log_text()[-3000:]
+        # One row per database: the server that made it.
+        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE system_identifier ="
+                     " (SELECT system_identifier FROM pg_control_system()) AND floor IS NULL") == 1
+
+
+def test_the_record_is_the_extensions_alone_and_its_floor_reads_what_the_caller_cannot():
+    with servers() as made:
+        a = Server("floors-sec-a")
+        made.append(a)
+        a.start()
+        application_role(a)
+        # A table the application cannot read, and the application's own
+        # view with a generating default and a planted max(): neither
+        # steers the floor, which reads tables as the extension's owner.
+        a.sql("CREATE TABLE hidden (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", dbname="appdb")
+        a.sql("INSERT INTO hidden SELECT FROM generate_series(1, 500)", dbname="appdb")
+        a.sql("CREATE TABLE mine (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", dbname="appdb", user="app")
+        a.sql("CREATE VIEW v AS SELECT id FROM mine", dbname="appdb", user="app")
+        a.sql("ALTER VIEW v ALTER COLUMN id SET DEFAULT snowflake_nextval()", dbname="appdb", user="app")
+        a.sql("CREATE FUNCTION public.max(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'",
+              dbname="appdb", user="app")
+        top = a.one("SELECT max(id) FROM hidden", dbname="appdb")
+        for statement in ("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (1)",
+                          "DELETE FROM snowflake_id.snowflake_floors",
+                          "SELECT * FROM snowflake_id.snowflake_floors"):
+            code, _, _ = a.error(statement, dbname="appdb", user="app")
+            assert code == "42501", statement
+        for f in ("snowflake_resume_above()", "snowflake_resume_above(1::bigint)"):
+            code, _, _ = a.error(f"SELECT {f}", dbname="appdb", user="app")
+            assert code == "42501", f
+        b = copy_target(made, "floors-sec-b")
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d appdb -f {dump}")
+        a.stop()
+        b.sql("CREATE ROLE app LOGIN")
+        b.sql("CREATE DATABASE appdb OWNER app")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d appdb --exit-on-error {dump}")
+        first = b.one("INSERT INTO mine DEFAULT VALUES RETURNING id", dbname="appdb", user="app")
+        assert first > top, "the floor missed a table the caller cannot read"
+        log = b.log_text()
+        assert "was floored because" in log and "the highest ID" in log
+        assert "public.v." not in log
+
+
+def test_pg_restore_tells_no_error_and_the_record_keeps_both_servers():
+    """The record's rows restore beside the row CREATE EXTENSION wrote,
+    even into the server the dump came from (no key to collide on)."""
+    with servers() as made:
+        a, _ = original(made, "floors-self")
+        dump = os.path.join(a.dir, "self.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d postgres -f {dump}")
+        a.sql("CREATE DATABASE again")
+        shell(f"{PG_BIN}/pg_restore {conn_args(a)} -d again --exit-on-error {dump}")
+        a.sql("INSERT INTO t (n) VALUES (-1)", dbname="again")
+        # Its own server's dump: nothing came from elsewhere, nothing read.
+        assert "was floored because" not in a.log_text()
