@@ -326,6 +326,48 @@ class Bench:
         scan = median(times["count(id): the scan alone"])
         return {f: {"n": n, "ns_per_call": (median(t) - scan) / n * 1e9, "seconds": median(t)} for f, t in times.items()}
 
+    # Case 6 --------------------------------------------------------------
+    def floor(self):
+        """What a copy costs its first ID: the floor's reads of every ID
+        column (a bigint key, an event log without an index, a uuid key, a
+        partitioned table) against the same reads by hand (max() and the
+        uuid index's end), each in a new session; and the first ID of a
+        session that needs no floor against its second."""
+        n = self.args.floor_rows
+        self.q("DROP TABLE IF EXISTS fl_t, fl_ev, fl_u, fl_p")
+        self.q("CREATE TABLE fl_t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
+        self.q("CREATE TABLE fl_ev (id bigint DEFAULT snowflake_nextval(), n int)")
+        self.q("CREATE TABLE fl_u (id uuid PRIMARY KEY DEFAULT snowflake_uuidv7(), n int)")
+        self.q("CREATE TABLE fl_p (id bigint DEFAULT snowflake_nextval(), n int, PRIMARY KEY (n, id))"
+               " PARTITION BY RANGE (n)")
+        for k in range(4):
+            self.q(f"CREATE TABLE fl_p{k} PARTITION OF fl_p FOR VALUES FROM ({k * n // 4}) TO ({(k + 1) * n // 4})")
+        for table in ("fl_t", "fl_ev", "fl_u", "fl_p"):
+            self.q(f"INSERT INTO {table} (n) SELECT g FROM generate_series(0, {n - 1}) g")
+            self.q(f"VACUUM ANALYZE {table}")
+        by_hand = ("SELECT (SELECT max(id) FROM fl_t), (SELECT max(id) FROM fl_ev),"
+                   " (SELECT id FROM fl_u ORDER BY id DESC LIMIT 1), (SELECT max(id) FROM fl_p)")
+        runs = {"the floor (first ID after a copy)": [], "the same reads by hand": [],
+                "a session's first ID, no copy": [], "its second ID": []}
+        for rep in range(self.args.reps):
+            # Another server's row in the record: what a copy brings.
+            self.q(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ({-1 - rep})")
+            with contextlib.closing(self.srv.connect()) as conn, conn.cursor() as cur:
+                started = time.perf_counter()
+                cur.execute("SELECT snowflake_nextval()")
+                runs["the floor (first ID after a copy)"].append(time.perf_counter() - started)
+            with contextlib.closing(self.srv.connect()) as conn, conn.cursor() as cur:
+                started = time.perf_counter()
+                cur.execute(by_hand)
+                runs["the same reads by hand"].append(time.perf_counter() - started)
+            with contextlib.closing(self.srv.connect()) as conn, conn.cursor() as cur:
+                for label in ("a session's first ID, no copy", "its second ID"):
+                    started = time.perf_counter()
+                    cur.execute("SELECT snowflake_nextval()")
+                    runs[label].append(time.perf_counter() - started)
+        self.q("DROP TABLE fl_t, fl_ev, fl_u, fl_p")
+        return {k: {"rows_per_table": n, "ms": median(v) * 1000} for k, v in runs.items()}
+
     # Case 4 --------------------------------------------------------------
     def batch(self):
         total = self.args.batch_ids
@@ -542,6 +584,19 @@ def markdown(r):
         for form, v in r["opaque"].items():
             ratio = f"{v['ns_per_call'] / builtin:.2f}" if builtin and form != "count(id): the scan alone" else ""
             lines.append(f"| {form} | {v['seconds']:.3f} s | {v['ns_per_call']:.0f} | {ratio} |")
+    if "floor" in r:
+        n = next(iter(r["floor"].values()))["rows_per_table"]
+        by_hand = r["floor"]["the same reads by hand"]["ms"]
+        second = r["floor"]["its second ID"]["ms"]
+        lines += [
+            "",
+            f"## 4c. A copy's first ID: the floor ({n:,} rows in each of 4 tables, one without an index; medians, new sessions)",
+            "",
+            "| What | Time | × the reads by hand | × a second ID |",
+            "|---|---:|---:|---:|",
+        ]
+        for what, v in r["floor"].items():
+            lines.append(f"| {what} | {v['ms']:.2f} ms | {v['ms'] / by_hand:.2f} | {v['ms'] / second:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -629,7 +684,8 @@ def main():
     p.add_argument("--batch-statements", type=int, default=20_000, help="most statements per batch measurement")
     p.add_argument("--replot", action="store_true", help="only redraw the plots from results.json")
     p.add_argument("--opaque-ids", type=int, default=200_000, help="stored IDs of the opaque case")
-    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch", "opaque"],
+    p.add_argument("--floor-rows", type=int, default=MILLION, help="rows of each table of the floor case")
+    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch", "opaque", "floor"],
                    help="run these cases and merge them into the existing results")
     p.add_argument("--latency-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-latency"),
                    help="where bench/latency.c is compiled to")
@@ -671,7 +727,7 @@ def main():
         # A key for the opaque IDs, as an operator sets one up (README:
         # outside the data directory).
         use_opaque_keys(srv, f"1 {secrets.token_hex(32)}\n")
-        cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque"]
+        cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque", "floor"]
         for case in cases:
             print(f"==> {case}", flush=True)
             result[case] = getattr(bench, case)()

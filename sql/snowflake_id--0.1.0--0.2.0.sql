@@ -359,8 +359,11 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 -- tables its rows. A server that finds a row of another server none of its
 -- own rows covers reads the largest ID of every column whose default calls
 -- a generating function before it issues one in this database.
--- Written by the extension alone (as the bootstrap superuser); readable by
--- monitoring roles, as the status is.
+-- Readable by every role, as pg_dump needs (a database's owner dumps its
+-- rows with the data); a role may add rows (pg_restore by a database's
+-- owner writes them), but only the extension's own rows, written as the
+-- bootstrap superuser, say what a floor covered: the guard below strips
+-- that from anyone else's, so a row can ask for a floor, never spare one.
 CREATE TABLE snowflake_id.snowflake_floors (
     system_identifier bigint NOT NULL,
     covers bigint[] NOT NULL DEFAULT '{}',
@@ -369,7 +372,26 @@ CREATE TABLE snowflake_id.snowflake_floors (
     at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;
-GRANT SELECT ON snowflake_id.snowflake_floors TO pg_read_all_stats;
+GRANT USAGE ON SCHEMA snowflake_id TO PUBLIC;
+GRANT SELECT, INSERT ON snowflake_id.snowflake_floors TO PUBLIC;
+CREATE FUNCTION snowflake_id.snowflake_floors_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $guard$
+BEGIN
+    -- current_user, not is_superuser: the extension writes as the bootstrap
+    -- superuser inside an application's session.
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        NEW.covers := '{}';
+        NEW.subscriptions_lsn := NULL;
+        NEW.floor := NULL;
+    END IF;
+    RETURN NEW;
+END
+$guard$;
+REVOKE ALL ON FUNCTION snowflake_id.snowflake_floors_guard() FROM PUBLIC;
+CREATE TRIGGER snowflake_floors_guard BEFORE INSERT ON snowflake_id.snowflake_floors
+    FOR EACH ROW EXECUTE FUNCTION snowflake_id.snowflake_floors_guard();
+-- Rows that replication applies too.
+ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard;
 SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 
 CREATE FUNCTION @extschema@.snowflake_resume_above(id uuid) RETURNS text

@@ -11,11 +11,16 @@
 //! WAL-logged, as `snowflake_resume_above` moves it). A backend whose
 //! subscriptions change meanwhile asks again.
 //!
-//! The reads run as the bootstrap superuser, in a security-restricted
-//! operation with the search path pinned: the extension acts on its own
-//! behalf, over tables the caller may not read. They read tables alone
-//! (never views, whose code would run as that superuser), with pg_catalog's
-//! operators, and under the caller's statement and lock timeouts.
+//! The extension acts on its own behalf here: the record and the catalog
+//! are read as the bootstrap superuser, and each table as its owner (as
+//! Postgres's own maintenance commands do: planning a read of a table runs
+//! code its owner wrote, in index expressions and statistics), each in a
+//! security-restricted operation with the search path pinned. Tables alone
+//! are read (never views, nor foreign tables), with pg_catalog's
+//! operators, under the caller's statement and lock timeouts. Values more
+//! than an hour ahead of the clock are not taken for IDs (one row of one
+//! table would otherwise move the whole server's IDs that far): the log
+//! and the session are warned, naming the column.
 
 use crate::mark;
 use crate::pg::process::ProcessLocal;
@@ -56,6 +61,7 @@ struct Column {
     table: String,
     column: String,
     is_uuid: bool,
+    owner: pg_sys::Oid,
 }
 
 impl Column {
@@ -64,7 +70,7 @@ impl Column {
     }
 
     /// The statement that reads the column's values from the largest down
-    /// (bigint: only the largest), below `upper` if given.
+    /// (bigint: only the largest), at or below `$1` if `upper`.
     fn statement(&self, upper: bool) -> String {
         // ONLY: an inheriting table is read as a table of its own.
         let rel = format!("ONLY {}.{}", ident(&self.schema), ident(&self.table));
@@ -73,19 +79,19 @@ impl Column {
             // Only version 7 UUIDs can be IDs: the others are passed over in
             // the database, not here.
             format!(
-                "SELECT {col} FROM {rel} WHERE {col} IS NOT NULL \
+                "SELECT {col}::pg_catalog.uuid FROM {rel} WHERE {col} IS NOT NULL \
                  AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) = '7'{} ORDER BY {col} DESC",
                 if upper {
-                    format!(" AND {col} <= $1")
+                    format!(" AND {col}::pg_catalog.uuid <= $1")
                 } else {
                     String::new()
                 }
             )
         } else {
             format!(
-                "SELECT pg_catalog.max({col}) FROM {rel}{}",
+                "SELECT pg_catalog.max({col}::pg_catalog.int8) FROM {rel}{}",
                 if upper {
-                    format!(" WHERE {col} <= $1")
+                    format!(" WHERE {col}::pg_catalog.int8 BETWEEN 0 AND $1")
                 } else {
                     String::new()
                 }
@@ -105,23 +111,42 @@ struct Found {
 }
 
 /// Reads the largest ID of each column (of `layout`; UUIDs that hold none
-/// are passed over); with `upper`, only IDs at or below it count.
-fn highest(columns: &[Column], layout: &Layout, upper: Option<i64>) -> Found {
+/// are passed over), each as its table's owner; IDs above `upper` are not
+/// taken, and a bigint column that holds such a value is warned of.
+fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
     let mut highest: Option<(i64, String)> = None;
     for c in columns {
-        let value = if c.is_uuid {
-            highest_uuid(c, layout, upper)
-        } else {
-            let args = upper
-                .map(|u| vec![DatumWithOid::from(u)])
-                .unwrap_or_default();
-            spi::ok(Spi::connect(|client| {
-                client
-                    .select(&c.statement(upper.is_some()), Some(1), &args)?
-                    .first()
-                    .get_one::<i64>()
-            }))
-        };
+        let value = role::acting_as(c.owner, || {
+            if c.is_uuid {
+                return highest_uuid(c, layout, upper);
+            }
+            let read = |bounded: bool| {
+                let args = if bounded {
+                    vec![DatumWithOid::from(upper)]
+                } else {
+                    vec![]
+                };
+                spi::ok(Spi::connect(|client| {
+                    client
+                        .select(&c.statement(bounded), Some(1), &args)?
+                        .first()
+                        .get_one::<i64>()
+                }))
+            };
+            match read(false) {
+                Some(v) if (0..=upper).contains(&v) => Some(v),
+                None => None,
+                Some(v) => {
+                    warning!(
+                        "snowflake_id: {} holds {v}, which is no ID of {} made before {}: not taken for one",
+                        c.name(),
+                        layout.title(),
+                        format_instant(layout.decode(upper).map(|d| d.unix_ms).unwrap_or(0))
+                    );
+                    read(true)
+                }
+            }
+        });
         if let Some(v) = value {
             if highest.as_ref().is_none_or(|(h, _)| v > *h) {
                 highest = Some((v, c.name()));
@@ -134,15 +159,13 @@ fn highest(columns: &[Column], layout: &Layout, upper: Option<i64>) -> Found {
     }
 }
 
-/// The ID of the largest UUID of a column that holds one of `layout`.
-fn highest_uuid(c: &Column, layout: &Layout, upper: Option<i64>) -> Option<i64> {
-    let bound = upper.map(|u| uuid::from_id(layout, u, u128::MAX).map(pgrx::Uuid::from_bytes));
-    let bound = match bound {
-        Some(Ok(b)) => Some(b),
-        // No UUID can hold an ID that high: every one is below it.
-        Some(Err(_)) => None,
-        None => None,
-    };
+/// The ID of the largest UUID of a column that holds one of `layout`, at
+/// or below `upper` (read from there down, through the column's index
+/// where it has one: UUIDs of other kinds above it are never read).
+fn highest_uuid(c: &Column, layout: &Layout, upper: i64) -> Option<i64> {
+    let bound = uuid::from_id(layout, upper, u128::MAX)
+        .ok()
+        .map(pgrx::Uuid::from_bytes);
     let args = bound
         .map(|b| vec![DatumWithOid::from(b)])
         .unwrap_or_default();
@@ -155,8 +178,9 @@ fn highest_uuid(c: &Column, layout: &Layout, upper: Option<i64>) -> Option<i64> 
             }
             for row in rows {
                 if let Some(u) = row.get::<pgrx::Uuid>(1)? {
-                    if let Ok(id) = uuid::to_id(layout, u.as_bytes()) {
-                        return Ok(Some(id));
+                    match uuid::to_id(layout, u.as_bytes()) {
+                        Ok(id) if id <= upper => return Ok(Some(id)),
+                        _ => {}
                     }
                 }
             }
@@ -164,10 +188,18 @@ fn highest_uuid(c: &Column, layout: &Layout, upper: Option<i64>) -> Option<i64> 
     }))
 }
 
+/// The type a column's values have: its own, or a domain's base (one
+/// level), as SQL over `pg_attribute a`.
+const BASE_TYPE: &str = "(SELECT CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END
+                          FROM pg_catalog.pg_type ty WHERE ty.oid = a.atttypid)";
+const ID_TYPES: &str =
+    "('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)";
+
 /// The columns whose default calls a generating function of this
-/// extension: bigint and uuid columns of tables, and of the leaf
-/// partitions of partitioned tables (each read on its own, with its own
-/// index; a foreign partition is not read: its rows are another server's).
+/// extension (their own, or their domain's): bigint and uuid columns
+/// (domains over them included) of tables, and of the leaf partitions of
+/// partitioned tables (each read on its own, with its own index; a foreign
+/// partition is not read: its rows are another server's).
 fn id_columns() -> Vec<Column> {
     let query = format!(
         "WITH generators AS (
@@ -178,26 +210,30 @@ fn id_columns() -> Vec<Column> {
                AND e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
                AND e.deptype = 'e' AND x.extname = 'snowflake_id'
                AND p.proname IN ({GENERATORS})),
+         calls AS (
+             SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
+             WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+               AND d.refobjid IN (SELECT oid FROM generators)),
          defaults AS (
-             SELECT DISTINCT c.oid AS rel, c.relkind, a.attname, a.atttypid
-             FROM pg_catalog.pg_depend d
-             JOIN pg_catalog.pg_attrdef ad ON ad.oid = d.objid
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
-             JOIN pg_catalog.pg_class c ON c.oid = ad.adrelid
-             WHERE d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
-               AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-               AND d.refobjid IN (SELECT oid FROM generators)
-               AND a.atttypid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)
-               AND NOT a.attisdropped AND c.relkind IN ('r', 'p')),
+             SELECT c.oid AS rel, c.relkind, a.attname, {BASE_TYPE} AS base
+             FROM pg_catalog.pg_attribute a
+             JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+             WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
+               AND {BASE_TYPE} IN {ID_TYPES}
+               AND (EXISTS (SELECT FROM pg_catalog.pg_attrdef ad JOIN calls k ON k.objid = ad.oid
+                            AND k.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+                            WHERE ad.adrelid = a.attrelid AND ad.adnum = a.attnum)
+                    OR EXISTS (SELECT FROM calls k WHERE k.classid = 'pg_catalog.pg_type'::pg_catalog.regclass
+                               AND k.objid = a.atttypid))),
          tables AS (
-             SELECT rel, attname, atttypid FROM defaults WHERE relkind = 'r'
+             SELECT rel, attname, base FROM defaults WHERE relkind = 'r'
              UNION
-             SELECT t.relid, d.attname, d.atttypid
+             SELECT t.relid, d.attname, d.base
              FROM defaults d, pg_catalog.pg_partition_tree(d.rel) t
              JOIN pg_catalog.pg_class l ON l.oid = t.relid
              WHERE d.relkind = 'p' AND t.isleaf AND l.relkind = 'r')
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
-                t.atttypid = 'pg_catalog.uuid'::pg_catalog.regtype
+                t.base = 'pg_catalog.uuid'::pg_catalog.regtype, c.relowner
          FROM tables t
          JOIN pg_catalog.pg_class c ON c.oid = t.rel
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -206,22 +242,22 @@ fn id_columns() -> Vec<Column> {
     columns(&query)
 }
 
-/// Every bigint and uuid column of every table of this database, but the
-/// system's, the extension's own and temporary ones: what
-/// `snowflake_resume_above()` reads.
+/// Every bigint and uuid column (domains over them included) of every
+/// table of this database, but the system's, the extension's own and
+/// temporary ones: what `snowflake_resume_above()` reads.
 fn all_columns() -> Vec<Column> {
-    columns(
+    columns(&format!(
         "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
-                a.atttypid = 'pg_catalog.uuid'::pg_catalog.regtype
+                {BASE_TYPE} = 'pg_catalog.uuid'::pg_catalog.regtype, c.relowner
          FROM pg_catalog.pg_attribute a
          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
-           AND a.atttypid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)
+           AND {BASE_TYPE} IN {ID_TYPES}
            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'snowflake_id')
            AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
-         ORDER BY 1, 2, 3",
-    )
+         ORDER BY 1, 2, 3"
+    ))
 }
 
 fn columns(query: &str) -> Vec<Column> {
@@ -233,6 +269,7 @@ fn columns(query: &str) -> Vec<Column> {
                 table: row.get::<String>(2)?.unwrap_or_default(),
                 column: row.get::<String>(3)?.unwrap_or_default(),
                 is_uuid: row.get::<bool>(4)?.unwrap_or(false),
+                owner: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
             });
         }
         Ok(out)
@@ -241,9 +278,19 @@ fn columns(query: &str) -> Vec<Column> {
 
 /// The record's OID, if this database's extension has one (0.1.0 had none).
 fn record() -> Option<pg_sys::Oid> {
-    spi::ok(Spi::get_one::<pg_sys::Oid>(
-        "SELECT pg_catalog.to_regclass('snowflake_id.snowflake_floors')::pg_catalog.oid",
-    ))
+    // A read-only SPI connection: pgrx's `Spi::get_one` would give the
+    // caller's transaction an XID, and its commit a wait for a synchronous
+    // standby (one that never answers would hold it for good).
+    spi::ok(Spi::connect(|client| {
+        client
+            .select(
+                "SELECT pg_catalog.to_regclass('snowflake_id.snowflake_floors')::pg_catalog.oid",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<pg_sys::Oid>()
+    }))
     .filter(|oid| *oid != pg_sys::InvalidOid)
 }
 
@@ -321,6 +368,12 @@ pub fn floor_if_copied(
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
+        // SAFETY: this backend's database, set when it connected.
+        let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        // Floored since start, its floor's transaction not yet ended.
+        if shm.floored.holds(db, copies::fingerprint(&rows, lsn)) {
+            return Ok(());
+        }
         // One floor at a time in a database; the next reads the record the
         // first wrote, once the first's transaction has ended.
         // SAFETY: a lock on the record's relation, released at the end of
@@ -351,11 +404,23 @@ pub fn floor_if_copied(
         }
         let started = Instant::now();
         let columns = id_columns();
-        let found = highest(&columns, &cfg.layout, None);
+        // Said first: a read cut short (a cancel, a timeout) is then not a mystery.
+        log!(
+            "snowflake_id: flooring database \"{}\" because {}: reading {} column(s)",
+            database_name(),
+            why.describe(),
+            columns.len()
+        );
+        let found = highest(
+            &columns,
+            &cfg.layout,
+            copies::plausible_upper(&cfg.layout, clock::now_ms()),
+        );
         let said = match &found.highest {
             Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
             None => "no column holds an ID".to_string(),
         };
+        shm.floored.note(db, copies::fingerprint(&rows, lsn));
         let recorded = write_record(
             me,
             &copies::covered(me, &rows),
@@ -381,6 +446,18 @@ pub fn floor_if_copied(
         CHECKED.0.set(true);
     }
     done
+}
+
+/// Notes in this database's record a floor `snowflake_resume_above(id)`
+/// made, so that a restart continues from it as from a copy's floor; it
+/// covers no server (a floor by hand may be below what they left).
+pub fn note_floor(id: i64) {
+    let me = xlog::origin().0 as i64;
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+        if record().is_some() {
+            write_record(me, &[], None, Some(id));
+        }
+    });
 }
 
 /// The refusal in a database whose extension is older than its library
@@ -455,7 +532,7 @@ pub fn resume_above_everything(
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let started = Instant::now();
         let columns = all_columns();
-        let found = highest(&columns, &cfg.layout, Some(upper));
+        let found = highest(&columns, &cfg.layout, upper);
         let Some((id, at)) = found.highest else {
             return Ok(format!(
                 "no ID in {} column(s) at or below the largest an ID can be now ({}): nothing to resume above",

@@ -289,6 +289,8 @@ mod tests {
                 "snowflake_from_text(text,text) i1s",
                 "snowflake_from_timestamp(timestamp with time zone) s1s",
                 "snowflake_from_timestamp(timestamp with time zone,text) i1s",
+                // The record of floors' guard: called by its trigger alone.
+                "snowflake_id.snowflake_floors_guard() v0u",
                 // What other nodes of a Citus cluster ask of this one (in
                 // pg_catalog): they read a table and a view.
                 "snowflake_id_claims_here() s0s",

@@ -31,7 +31,9 @@ fn snowflake_resume_above(id: i64) -> String {
     let shm = issue::shmem();
     let cfg = settings::config().or_raise();
     let policy = settings::policy(&cfg.layout).or_raise();
-    mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise()
+    let said = mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise();
+    copies::note_floor(id);
+    said
 }
 
 /// `snowflake_resume_above(id)` for a `uuid` column's IDs (made by
@@ -44,7 +46,9 @@ fn snowflake_resume_above_uuid(id: pgrx::Uuid) -> String {
     let cfg = settings::config().or_raise();
     let policy = settings::policy(&cfg.layout).or_raise();
     let id = snowflake_id_core::uuid::to_id(&cfg.layout, id.as_bytes()).or_raise();
-    mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise()
+    let said = mark::admin::resume_above(shm, cfg, &policy.limits(), id).or_raise();
+    copies::note_floor(id);
+    said
 }
 
 /// Puts every later ID above every ID this database holds: in every

@@ -9,13 +9,15 @@
 //! - [`claims::ClaimsState`]: what the claims worker publishes;
 //! - [`counters`]: counts for the status, and the per-process slots;
 //! - the reserver's process id ([`pid::Pid`]);
-//! - the worker id generation uses ([`worker::WorkerId`]).
+//! - the worker id generation uses ([`worker::WorkerId`]);
+//! - the databases floored since start ([`floors::Floored`]).
 //!
 //! What runs when the region is first made is handed in by `lib.rs`: this
 //! layer knows no part's meaning beyond its own fields.
 
 pub mod claims;
 pub mod counters;
+pub mod floors;
 pub mod mark;
 pub mod pid;
 pub mod refusal;
@@ -37,6 +39,7 @@ pub struct Shmem {
     pub reserver_pid: pid::Pid,
     pub worker: worker::WorkerId,
     pub counters: Counters,
+    pub floored: floors::Floored,
     started_at_ms: AtomicI64,
     /// The instant generation treats as now until the clock reaches it: the
     /// time of copied IDs a floor found ahead of this server's clock (0: none).
@@ -172,6 +175,7 @@ impl Shmem {
             reserver_pid: pid::Pid::new(),
             worker: worker::WorkerId::new(),
             counters: Counters::default(),
+            floored: floors::Floored::new(),
             started_at_ms: AtomicI64::new(now_ms()),
             continue_from_ms: AtomicI64::new(0),
             slot_count,

@@ -15,6 +15,7 @@ application stored itself, and snowflake_resume_above(uuid) takes a uuid
 column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
 
 import os
+import time
 
 from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
 from harness import PG_BIN, Server, _as_postgres, application_role, servers
@@ -145,43 +146,112 @@ def test_an_ordinary_restart_and_a_new_database_read_no_data():
                      " (SELECT system_identifier FROM pg_control_system()) AND floor IS NULL") == 1
 
 
-def test_the_record_is_the_extensions_alone_and_its_floor_reads_what_the_caller_cannot():
+def test_a_database_owner_dumps_and_restores_and_gains_nothing():
+    """What an application's role does with its own database (no superuser):
+    pg_dump it, restore it elsewhere with pg_restore, as itself. The copy is
+    floored all the same, reading a table the role cannot read; the floor
+    reads each table as its owner, so code a role planted (an index
+    expression, extended statistics, a planted max()) runs as that role,
+    never as a superuser; a view with a generating default is not read;
+    the record's rows a role writes can ask for a floor, never spare one."""
     with servers() as made:
         a = Server("floors-sec-a")
         made.append(a)
         a.start()
         application_role(a)
-        # A table the application cannot read, and the application's own
-        # view with a generating default and a planted max(): neither
-        # steers the floor, which reads tables as the extension's owner.
+        # A table the application cannot read.
         a.sql("CREATE TABLE hidden (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", dbname="appdb")
         a.sql("INSERT INTO hidden SELECT FROM generate_series(1, 500)", dbname="appdb")
-        a.sql("CREATE TABLE mine (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", dbname="appdb", user="app")
-        a.sql("CREATE VIEW v AS SELECT id FROM mine", dbname="appdb", user="app")
-        a.sql("ALTER VIEW v ALTER COLUMN id SET DEFAULT snowflake_nextval()", dbname="appdb", user="app")
-        a.sql("CREATE FUNCTION public.max(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'",
-              dbname="appdb", user="app")
+        a.sql("GRANT USAGE ON SCHEMA public TO app", dbname="appdb")
+        # The application's traps, all in its own objects: code that makes
+        # it a superuser if anyone reads its table with more rights than it.
+        for statement in (
+                "CREATE FUNCTION public.escalate() RETURNS void LANGUAGE plpgsql AS"
+                " $$BEGIN EXECUTE 'ALTER ROLE app SUPERUSER'; EXCEPTION WHEN OTHERS THEN NULL; END$$",
+                "CREATE FUNCTION public.evil() RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS"
+                " $$BEGIN PERFORM public.escalate(); RETURN 0; END$$",
+                "CREATE TABLE mine (id bigint PRIMARY KEY DEFAULT snowflake_nextval())",
+                "CREATE INDEX ON mine ((id + public.evil()))",
+                "CREATE STATISTICS mine_st ON (id + public.evil()) FROM mine",
+                "CREATE VIEW v AS SELECT id FROM mine",
+                "ALTER VIEW v ALTER COLUMN id SET DEFAULT snowflake_nextval()",
+                "CREATE FUNCTION public.max(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"):
+            a.sql(statement, dbname="appdb", user="app")
         top = a.one("SELECT max(id) FROM hidden", dbname="appdb")
-        for statement in ("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (1)",
-                          "DELETE FROM snowflake_id.snowflake_floors",
-                          "SELECT * FROM snowflake_id.snowflake_floors"):
+        # The record: anyone reads it (pg_dump does), adds rows (pg_restore
+        # does), but changes none, and a row it adds covers nothing.
+        a.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{1,2}', 5)",
+              dbname="appdb", user="app")
+        assert a.sql("SELECT covers, floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
+                     dbname="appdb") == [([], None)]
+        a.sql("DELETE FROM snowflake_id.snowflake_floors WHERE system_identifier = 7", dbname="appdb")
+        for statement in ("DELETE FROM snowflake_id.snowflake_floors",
+                          "UPDATE snowflake_id.snowflake_floors SET covers = '{}'",
+                          "TRUNCATE snowflake_id.snowflake_floors"):
             code, _, _ = a.error(statement, dbname="appdb", user="app")
             assert code == "42501", statement
         for f in ("snowflake_resume_above()", "snowflake_resume_above(1::bigint)"):
             code, _, _ = a.error(f"SELECT {f}", dbname="appdb", user="app")
             assert code == "42501", f
+
         b = copy_target(made, "floors-sec-b")
-        dump = os.path.join(b.dir, "a.dump")
-        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d appdb -f {dump}")
-        a.stop()
         b.sql("CREATE ROLE app LOGIN")
         b.sql("CREATE DATABASE appdb OWNER app")
-        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d appdb --exit-on-error {dump}")
+        dump = os.path.join(b.dir, "a.dump")
+        # As the application's role, both ways ("hidden" is left out of the
+        # dump by a role that cannot read it; the superuser restores it).
+        shell(f"{PG_BIN}/pg_dump -Fc -h {a.dir} -p {a.port} -U app -d appdb -T hidden -f {dump}")
+        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d appdb -t hidden -f {dump}.hidden")
+        a.stop()
+        shell(f"{PG_BIN}/pg_restore -h {b.dir} -p {b.port} -U app -d appdb --exit-on-error {dump}")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d appdb --exit-on-error {dump}.hidden")
         first = b.one("INSERT INTO mine DEFAULT VALUES RETURNING id", dbname="appdb", user="app")
         assert first > top, "the floor missed a table the caller cannot read"
         log = b.log_text()
-        assert "was floored because" in log and "the highest ID" in log
+        assert "was floored because" in log and "hidden.id" in log, log[-3000:]
         assert "public.v." not in log
+        assert b.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+        # The same for the superuser's statement over every column.
+        b.sql("SELECT snowflake_resume_above()", dbname="appdb")
+        assert b.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+
+
+def test_a_value_far_ahead_moves_no_ids_and_is_said():
+    """A value in an ID column more than an hour ahead of the clock (a typo,
+    a sentinel, a wrong clock) is not taken for an ID: the floor would move
+    every database's IDs that far. The log and the session say so, naming
+    the column; the plausible IDs are floored. Domain columns count."""
+    with servers() as made:
+        a, data = original(made, "floors-far-a")
+        a.sql("CREATE DOMAIN idd AS bigint")
+        a.sql("CREATE TABLE d (id idd PRIMARY KEY DEFAULT snowflake_nextval())")
+        time.sleep(1.0)
+        a.sql("INSERT INTO d SELECT FROM generate_series(1, 10)")
+        a.sql("INSERT INTO t (id, n) VALUES (snowflake_from_timestamp(now() + interval '30 days'), -7)")
+        a.sql("INSERT INTO ev (id, n) VALUES (9223372036854775807, -7), (-5, -7)")
+        d_top = a.one("SELECT max(id) FROM d")
+        b = copy_target(made, "floors-far-b")
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d postgres -f {dump}")
+        a.stop()
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --exit-on-error {dump}")
+        with b.connect() as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO t (n) VALUES (1) RETURNING id")
+            first = cur.fetchone()[0]
+            warned = " ".join(conn.notices)
+        assert "public.t.id holds" in warned and "public.ev.id holds" in warned, warned
+        # Above the newest plausible ID, the domain column's (written last,
+        # a second after the rest: only a floor that read it is above it).
+        assert max(data["ids"]) < d_top < first < a_month_ahead(b)
+        # Other databases issue at once: nothing moved a month ahead.
+        b.sql("CREATE DATABASE other")
+        b.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        assert b.one("SELECT snowflake_nextval()", dbname="other") > first
+        assert b.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other") is None
+
+
+def a_month_ahead(s):
+    return s.one("SELECT snowflake_from_timestamp(now() + interval '29 days')")
 
 
 def test_pg_restore_tells_no_error_and_the_record_keeps_both_servers():
