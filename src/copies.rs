@@ -276,32 +276,42 @@ fn columns(query: &str) -> Vec<Column> {
     }))
 }
 
-/// The record's OID, if this database's extension has one (0.1.0 had none).
+/// The record's OID, if this database's extension has one (0.1.0 had none):
+/// two catalog-cache lookups, no statement.
 fn record() -> Option<pg_sys::Oid> {
-    // A read-only SPI connection: pgrx's `Spi::get_one` would give the
-    // caller's transaction an XID, and its commit a wait for a synchronous
-    // standby (one that never answers would hold it for good).
-    spi::ok(Spi::connect(|client| {
-        client
-            .select(
-                "SELECT pg_catalog.to_regclass('snowflake_id.snowflake_floors')::pg_catalog.oid",
-                Some(1),
-                &[],
-            )?
-            .first()
-            .get_one::<pg_sys::Oid>()
-    }))
-    .filter(|oid| *oid != pg_sys::InvalidOid)
+    // SAFETY: catalog lookups by name inside a transaction; a missing
+    // schema is InvalidOid (missing_ok), as is a missing relation.
+    let oid = unsafe {
+        let schema = pg_sys::get_namespace_oid(c"snowflake_id".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return None;
+        }
+        pg_sys::get_relname_relid(c"snowflake_floors".as_ptr(), schema)
+    };
+    (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
 /// The record's rows, and where this database's subscriptions' newest
-/// finished initial copy ended.
+/// finished initial copy ended. Read-only statements (pgrx's
+/// `Spi::get_one` would give the caller's transaction an XID, and its
+/// commit a wait for a synchronous standby that may never answer), as
+/// plain as they can be: they run in every session's first ID, where a
+/// cold backend pays for each operator and aggregate it looks up.
 fn read_record() -> (Vec<FloorRow>, Option<u64>) {
     spi::ok(Spi::connect(|client| {
+        let mut lsn: Option<u64> = None;
+        for row in client.select(
+            "SELECT srsublsn::pg_catalog.text FROM pg_catalog.pg_subscription_rel WHERE srsubstate IN ('s', 'r')",
+            None,
+            &[],
+        )? {
+            if let Some(l) = row.get::<String>(1)?.as_deref().and_then(parse_lsn) {
+                lsn = lsn.max(Some(l));
+            }
+        }
         let mut rows = Vec::new();
         for row in client.select(
-            "SELECT system_identifier, covers,
-                    (subscriptions_lsn OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8, floor
+            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor
              FROM snowflake_id.snowflake_floors",
             None,
             &[],
@@ -309,21 +319,18 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
             rows.push(FloorRow {
                 system_identifier: row.get::<i64>(1)?.unwrap_or(0),
                 covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
-                subscriptions_lsn: row.get::<i64>(3)?.map(|l| l as u64),
+                subscriptions_lsn: row.get::<String>(3)?.as_deref().and_then(parse_lsn),
                 floor: row.get::<i64>(4)?,
             });
         }
-        let lsn = client
-            .select(
-                "SELECT (pg_catalog.max(srsublsn) OPERATOR(pg_catalog.-) '0/0'::pg_catalog.pg_lsn)::pg_catalog.int8
-                 FROM pg_catalog.pg_subscription_rel WHERE srsubstate IN ('s', 'r')",
-                Some(1),
-                &[],
-            )?
-            .first()
-            .get_one::<i64>()?;
-        Ok((rows, lsn.map(|l| l as u64)))
+        Ok((rows, lsn))
     }))
+}
+
+/// An LSN as `pg_lsn` prints it (`16/B374D848`).
+fn parse_lsn(text: &str) -> Option<u64> {
+    let (hi, lo) = text.split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
 }
 
 /// Adds this server's row: it floored, covering `covers`, through the
