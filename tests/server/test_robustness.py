@@ -340,7 +340,12 @@ def test_drivers_that_prepare_statements_see_a_conversion_as_the_readme_says(srv
     script = os.path.join(REPO, "tests", "drivers", "prepared_inserts.py")
     runs = {d: subprocess.Popen([drivers_python(), script, d, dsn, "prepared", "5"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for d, dsn in dsns.items()}
-    time.sleep(2)
+    # Every driver has prepared its statement (a slow start on a busy
+    # machine would otherwise prepare it after the conversion, and see
+    # nothing to test).
+    for d, p in runs.items():
+        line = p.stderr.readline()
+        assert line == "prepared\n", (d, line + p.stderr.read())
     srv.sql("SELECT snowflake_convert('prepared')")
     seen = {}
     for d, p in runs.items():
