@@ -24,6 +24,7 @@
 
 use crate::mark;
 use crate::pg::process::ProcessLocal;
+use crate::pg::text::ident;
 use crate::pg::{clock, role, spi, xlog};
 use crate::shmem::Shmem;
 use pgrx::datum::DatumWithOid;
@@ -98,10 +99,6 @@ impl Column {
             )
         }
     }
-}
-
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// The largest ID of every column that may hold them, and where it was.
@@ -459,12 +456,12 @@ pub fn floor_if_copied(
 /// made, so that a restart continues from it as from a copy's floor; it
 /// covers no server (a floor by hand may be below what they left).
 pub fn note_floor(id: i64) {
-    let me = xlog::origin().0 as i64;
-    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
-        if record().is_some() {
+    if record().is_some() {
+        let me = xlog::origin().0 as i64;
+        role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
             write_record(me, &[], None, Some(id));
-        }
-    });
+        });
+    }
 }
 
 /// The refusal in a database whose extension is older than its library
@@ -485,9 +482,8 @@ pub fn problem() -> Option<Failure> {
     if checked() {
         return None;
     }
-    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), record)
-        .is_none()
-        .then(not_updated)
+    // Catalog-cache lookups, which check no privilege: as the caller.
+    record().is_none().then(not_updated)
 }
 
 /// After a restart, IDs go on from where the floor this server made found
@@ -528,12 +524,7 @@ pub fn resume_above_everything(
     lim: &Limits,
     standby_wait_ms: u64,
 ) -> Result<String, Failure> {
-    if !role::is_superuser() {
-        return Err(Failure::new(
-            Class::Privilege,
-            "only a superuser may run snowflake_resume_above()",
-        ));
-    }
+    mark::admin::require_superuser("snowflake_resume_above()")?;
     let me = xlog::origin().0 as i64;
     let upper = copies::plausible_upper(&cfg.layout, clock::now_ms());
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {

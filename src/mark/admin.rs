@@ -19,7 +19,9 @@ use snowflake_id_core::{Class, Failure};
 /// can cancel them sooner.
 const ADMIN_STANDBY_WAIT_MS: u64 = 60_000;
 
-fn require_superuser(function: &str) -> Result<(), Failure> {
+/// A superuser, on a server that is not in recovery: what every function
+/// that moves this server's generation by hand asks of its caller.
+pub fn require_superuser(function: &str) -> Result<(), Failure> {
     if !role::is_superuser() {
         return Err(Failure::new(
             Class::Privilege,
