@@ -7,6 +7,7 @@
 //! Every name, type and operator is qualified, so that no object of the
 //! caller's search path can stand in.
 
+use crate::catalog;
 use crate::pg::encoding::from_server;
 use crate::pg::error::raise;
 use crate::pg::guc;
@@ -15,7 +16,7 @@ use crate::pg::text::{ident, Text};
 use crate::shmem::Shmem;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgList};
-use snowflake_id_core::citus::reference_table_add_column;
+use snowflake_id_core::citus::{copied_table_add_column, Copies};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::worker_id::{from_citus_group, CitusNode};
 use snowflake_id_core::{Class, Failure};
@@ -95,11 +96,14 @@ pub fn origin(worker: u32, offset: i32, layout: &Layout) -> String {
     .map_or_else(|f| f.message, |(_, origin)| origin)
 }
 
-/// Refuses `ALTER TABLE ... ADD COLUMN ... DEFAULT snowflake_nextval()` on a
-/// Citus reference table that has rows, before Citus carries it to the
-/// nodes that hold copies (each would fill the old rows with IDs of its
-/// own), as Citus refuses the same for `nextval()`. Reads as the caller, who
-/// is about to alter the table.
+/// Refuses `ALTER TABLE ... ADD COLUMN ... DEFAULT <a call that draws IDs>`
+/// on a Citus table with rows kept in several copies (a reference table, or
+/// a distributed table whose shards have more than one), before Citus
+/// carries it to the copies: each would fill the old rows with IDs of its
+/// own node, as Citus refuses the same for `nextval()`. Only what must be
+/// is looked at: the statement's tag and defaults, then whether the table
+/// is such a table, and only then the defaults' calls. Reads as the caller,
+/// who is about to alter the table.
 ///
 /// # Safety
 /// `stmt` is the parse tree of the utility statement about to run.
@@ -107,7 +111,22 @@ pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
     // SAFETY: the node's tag says which statement it is; the lists and
     // nodes read are the parser's, which outlive the command.
     unsafe {
-        if stmt.is_null() || (*stmt).type_ != pg_sys::NodeTag::T_AlterTableStmt {
+        if stmt.is_null() || !pgrx::is_a(stmt, pg_sys::NodeTag::T_AlterTableStmt) {
+            return;
+        }
+        let alter = stmt.cast::<pg_sys::AlterTableStmt>();
+        let adds: Vec<(*mut pg_sys::ColumnDef, *mut pg_sys::Node)> =
+            PgList::<pg_sys::AlterTableCmd>::from_pg((*alter).cmds)
+                .iter_ptr()
+                .filter(|c| {
+                    (**c).subtype == pg_sys::AlterTableType::AT_AddColumn
+                        && !(**c).def.is_null()
+                        && pgrx::is_a((**c).def, pg_sys::NodeTag::T_ColumnDef)
+                })
+                .map(|c| (*c).def.cast::<pg_sys::ColumnDef>())
+                .filter_map(|d| raw_default(d).map(|e| (d, e)))
+                .collect();
+        if adds.is_empty() {
             return;
         }
         // Commands Citus carries from the node where they were run come with
@@ -116,19 +135,6 @@ pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
         if guc::text(c"citus.enable_ddl_propagation").as_deref() == Some("off") {
             return;
         }
-        let alter = stmt.cast::<pg_sys::AlterTableStmt>();
-        let adds: Vec<*mut pg_sys::ColumnDef> =
-            PgList::<pg_sys::AlterTableCmd>::from_pg((*alter).cmds)
-                .iter_ptr()
-                .filter(|c| {
-                    (**c).subtype == pg_sys::AlterTableType::AT_AddColumn && !(**c).def.is_null()
-                })
-                .map(|c| (*c).def.cast::<pg_sys::ColumnDef>())
-                .filter(|d| calls_generator(*d))
-                .collect();
-        let Some(def) = adds.first() else {
-            return;
-        };
         let relid = pg_sys::RangeVarGetRelidExtended(
             (*alter).relation,
             pg_sys::NoLock as pg_sys::LOCKMODE,
@@ -139,67 +145,178 @@ pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
         if relid == pg_sys::InvalidOid {
             return;
         }
-        let Some((table, key)) = filled_reference_table(relid) else {
+        let Some(copies) = copies_of(relid) else {
             return;
         };
-        let server_text = |p: *const std::ffi::c_char| {
-            from_server(CStr::from_ptr(p).to_bytes()).unwrap_or_else(|f| raise(f))
-        };
-        let column = ident(&server_text((**def).colname));
-        let column_type = if (**def).typeName.is_null() {
-            "bigint".to_string()
-        } else {
-            server_text(pg_sys::TypeNameToString((**def).typeName))
-        };
-        raise(reference_table_add_column(
-            &table,
-            &column,
-            &column_type,
-            &key,
-        ));
+        let generators = catalog::generating_functions();
+        for (def, raw) in adds {
+            let expr = transform_default(raw);
+            let Some(generator) = generator_called(expr, &generators) else {
+                continue;
+            };
+            let Some((table, key)) = filled(relid) else {
+                return;
+            };
+            let server_text = |p: *const std::ffi::c_char| {
+                from_server(CStr::from_ptr(p).to_bytes()).unwrap_or_else(|f| raise(f))
+            };
+            let column = ident(&server_text((*def).colname));
+            // As PostgreSQL names the type ("bigint", not the parser's
+            // "pg_catalog.int8"), so that the HINT reads as one would write it.
+            let column_type = if (*def).typeName.is_null() {
+                "bigint".to_string()
+            } else {
+                let (mut typid, mut typmod) = (pg_sys::InvalidOid, -1);
+                pg_sys::typenameTypeIdAndMod(
+                    std::ptr::null_mut(),
+                    (*def).typeName,
+                    &mut typid,
+                    &mut typmod,
+                );
+                server_text(pg_sys::format_type_with_typemod(typid, typmod))
+            };
+            let default = server_text(pg_sys::deparse_expression(
+                expr,
+                std::ptr::null_mut(),
+                false,
+                false,
+            ));
+            raise(copied_table_add_column(
+                &table,
+                &copies,
+                &column,
+                &column_type,
+                &default,
+                &generator,
+                &key,
+            ));
+        }
     }
 }
 
-/// Whether a column definition's default calls the generator by name
-/// (`snowflake_nextval()`, qualified or not), as the parser wrote it.
+/// The raw expression of a column definition's default, if it has one:
+/// the parser leaves it among the column's constraints.
 ///
 /// # Safety
 /// `def` is a column definition of a parse tree.
-unsafe fn calls_generator(def: *mut pg_sys::ColumnDef) -> bool {
-    // SAFETY: nodeToString prints any parse node; the text is palloc'd.
-    let text = unsafe { CStr::from_ptr(pg_sys::nodeToString(def.cast())) };
-    // A function's name is the last string of its name list.
-    text.to_string_lossy().contains("\"snowflake_nextval\")")
+unsafe fn raw_default(def: *mut pg_sys::ColumnDef) -> Option<*mut pg_sys::Node> {
+    // SAFETY: a ColumnDef's fields and its list of Constraint nodes.
+    unsafe {
+        if !(*def).raw_default.is_null() {
+            return Some((*def).raw_default);
+        }
+        PgList::<pg_sys::Node>::from_pg((*def).constraints)
+            .iter_ptr()
+            .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_Constraint))
+            .map(|n| n.cast::<pg_sys::Constraint>())
+            .find(|c| {
+                (**c).contype == pg_sys::ConstrType::CONSTR_DEFAULT && !(**c).raw_expr.is_null()
+            })
+            .map(|c| (*c).raw_expr)
+    }
 }
 
-/// The table, quoted and qualified, and its primary key's columns, if it is
-/// a Citus reference table with at least one row.
-fn filled_reference_table(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
+/// A raw default transformed as PostgreSQL will transform it (a copy: the
+/// statement's own tree is left as it came). What PostgreSQL refuses in a
+/// default (a column, a subquery) it refuses here, with its own error.
+///
+/// # Safety
+/// `raw` is a raw expression of a parse tree.
+unsafe fn transform_default(raw: *mut pg_sys::Node) -> *mut pg_sys::Node {
+    // SAFETY: a parse state of no statement, as PostgreSQL cooks a
+    // default; the copy is palloc'd in the current context.
+    unsafe {
+        let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
+        let copy = pg_sys::copyObjectImpl(raw.cast()).cast::<pg_sys::Node>();
+        pg_sys::transformExpr(
+            pstate,
+            copy,
+            pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
+        )
+    }
+}
+
+/// The first generating function a cooked expression calls, however deep.
+fn generator_called(
+    expr: *mut pg_sys::Node,
+    generators: &[(pg_sys::Oid, String)],
+) -> Option<String> {
+    struct Search<'a> {
+        generators: &'a [(pg_sys::Oid, String)],
+        found: Option<String>,
+    }
+    #[pg_guard]
+    unsafe extern "C-unwind" fn walk(
+        node: *mut pg_sys::Node,
+        context: *mut std::ffi::c_void,
+    ) -> bool {
+        // SAFETY: `context` is the Search below, for the walk's length;
+        // a FuncExpr by its tag.
+        unsafe {
+            if node.is_null() {
+                return false;
+            }
+            let search = &mut *context.cast::<Search>();
+            if pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
+                let funcid = (*node.cast::<pg_sys::FuncExpr>()).funcid;
+                if let Some((_, name)) = search.generators.iter().find(|(oid, _)| *oid == funcid) {
+                    search.found = Some(name.clone());
+                    return true;
+                }
+            }
+            pg_sys::expression_tree_walker(node, Some(walk), context)
+        }
+    }
+    let mut search = Search {
+        generators,
+        found: None,
+    };
+    // SAFETY: a cooked expression; the search outlives the walk.
+    unsafe { walk(expr, (&mut search as *mut Search).cast()) };
+    search.found
+}
+
+/// How many copies the rows of a Citus table have, if more than one.
+fn copies_of(relid: pg_sys::Oid) -> Option<Copies> {
     spi::ok(Spi::connect(|c| {
-        let is_reference = c
+        let citus = c
             .select(
                 "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL \
-                        AND EXISTS (SELECT FROM pg_catalog.pg_extension \
-                                    WHERE extname OPERATOR(pg_catalog.=) 'snowflake_id')",
+                        AND pg_catalog.to_regclass('pg_catalog.pg_dist_placement') IS NOT NULL",
                 None,
                 &[],
             )?
             .first()
-            .get_one::<bool>()?
-            == Some(true)
-            && c.select(
-                "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition \
-                 WHERE logicalrelid OPERATOR(pg_catalog.=) $1 \
-                   AND partmethod OPERATOR(pg_catalog.=) 'n' AND repmodel OPERATOR(pg_catalog.=) 't')",
+            .get_one::<bool>()?;
+        if citus != Some(true) {
+            return Ok(None);
+        }
+        let (reference, copies) = c
+            .select(
+                "SELECT (SELECT p.partmethod OPERATOR(pg_catalog.=) 'n' AND p.repmodel OPERATOR(pg_catalog.=) 't' \
+                         FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1), \
+                        (SELECT pg_catalog.max(per_shard.n)::pg_catalog.int8 FROM \
+                           (SELECT pg_catalog.count(*) AS n FROM pg_catalog.pg_dist_shard s \
+                            JOIN pg_catalog.pg_dist_placement l ON l.shardid OPERATOR(pg_catalog.=) s.shardid \
+                            WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1 \
+                            GROUP BY s.shardid) per_shard)",
                 None,
                 &[relid.into()],
             )?
             .first()
-            .get_one::<bool>()?
-                == Some(true);
-        if !is_reference {
-            return Ok(None);
-        }
+            .get_two::<bool, i64>()?;
+        Ok(match (reference, copies) {
+            (Some(true), _) => Some(Copies::Reference),
+            (Some(false), Some(n)) if n > 1 => Some(Copies::Replicated(n)),
+            _ => None,
+        })
+    }))
+}
+
+/// The table, quoted and qualified, and its primary key's columns, if it
+/// has at least one row.
+fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
+    spi::ok(Spi::connect(|c| {
         // Quoted so as to read the same in every database encoding.
         let (schema, name) = c
             .select(
@@ -215,11 +332,12 @@ fn filled_reference_table(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
             return Ok(None);
         };
         let table = format!("{}.{}", ident(schema.as_str()), ident(name.as_str()));
-        let filled = c
-            .select(&format!("SELECT EXISTS (SELECT FROM {table})"), None, &[])?
-            .first()
-            .get_one::<bool>()?
-            == Some(true);
+        // A row of one column: Citus plans `EXISTS (SELECT FROM t)` of a
+        // distributed table into an intermediate result of no columns,
+        // which it cannot read back.
+        let filled = !c
+            .select(&format!("SELECT 1 FROM {table} LIMIT 1"), None, &[])?
+            .is_empty();
         if !filled {
             return Ok(None);
         }

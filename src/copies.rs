@@ -22,6 +22,7 @@
 //! table would otherwise move the whole server's IDs that far): the log
 //! and the session are warned, naming the column.
 
+use crate::catalog;
 use crate::mark;
 use crate::pg::process::ProcessLocal;
 use crate::pg::text::ident;
@@ -51,10 +52,6 @@ static WATCHING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 pub fn checked() -> bool {
     CHECKED.0.get()
 }
-
-/// The generating functions whose calls in a column's default make the
-/// column one of IDs.
-const GENERATORS: &str = "'snowflake_nextval', 'snowflake_uuidv7'";
 
 /// A column that may hold IDs: where it is, and how to read its largest.
 struct Column {
@@ -199,14 +196,7 @@ const ID_TYPES: &str =
 /// partition is not read: its rows are another server's).
 fn id_columns() -> Vec<Column> {
     let query = format!(
-        "WITH generators AS (
-             SELECT p.oid FROM pg_catalog.pg_depend e
-             JOIN pg_catalog.pg_proc p ON p.oid = e.objid
-             JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid
-             WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-               AND e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-               AND e.deptype = 'e' AND x.extname = 'snowflake_id'
-               AND p.proname IN ({GENERATORS})),
+        "WITH generators AS ({generators}),
          calls AS (
              SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
              WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
@@ -234,7 +224,8 @@ fn id_columns() -> Vec<Column> {
          FROM tables t
          JOIN pg_catalog.pg_class c ON c.oid = t.rel
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-         ORDER BY 1, 2, 3"
+         ORDER BY 1, 2, 3",
+        generators = catalog::generating_functions_query()
     );
     columns(&query)
 }

@@ -9,10 +9,11 @@ use crate::mark::{self, Trigger};
 use crate::pg::clock;
 use crate::pg::error::{log, raise};
 use crate::pg::process::ProcessLocal;
+use crate::pg::role;
 use crate::pg::xlog;
 use crate::settings;
 use crate::shmem::{self, Shmem};
-use pgrx::PgLogLevel;
+use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::config::{Config, Worker};
 use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Taken};
 use snowflake_id_core::{Class, Failure};
@@ -271,17 +272,19 @@ impl Tally {
     }
 }
 
-/// The last ID this session drew, for `snowflake_lastval()`.
-static LAST: ProcessLocal<Cell<Option<i64>>> = ProcessLocal(Cell::new(None));
+/// The last ID this session drew, for `snowflake_lastval()`, and the role
+/// it was drawn as (another than the session's inside SECURITY DEFINER
+/// code).
+static LAST: ProcessLocal<Cell<Option<(i64, pg_sys::Oid)>>> = ProcessLocal(Cell::new(None));
 
-/// Remembers the last ID this session drew.
+/// Remembers the last ID this session drew, as the current role.
 #[inline]
 pub fn remember(id: i64) {
-    LAST.0.set(Some(id));
+    LAST.0.set(Some((id, role::current())));
 }
 
-/// The last ID this session drew, if any.
-pub fn last() -> Option<i64> {
+/// The last ID this session drew, if any, and the role it was drawn as.
+pub fn last() -> Option<(i64, pg_sys::Oid)> {
     LAST.0.get()
 }
 

@@ -26,6 +26,7 @@ use pgrx::prelude::*;
 
 mod api;
 mod bgworkers;
+mod catalog;
 mod citus;
 mod copies;
 mod issue;

@@ -183,7 +183,7 @@ pub struct Facts {
 pub struct CitusTable {
     /// Qualified and quoted.
     pub table: String,
-    /// "distributed table", "reference table" or "Citus local table".
+    /// "distributed table", "reference table" or "local table" (each a Citus one).
     pub kind: String,
     /// The distribution column of a distributed table, quoted.
     pub distribution_column: Option<String>,

@@ -22,6 +22,24 @@ use crate::layout::Layout;
 use crate::timefmt::{format_duration, format_instant, setting_value_at_least, UnixMs};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The SQL functions that draw IDs from the generator: a column whose
+/// default calls one of them is a column of IDs.
+pub const GENERATING_FUNCTIONS: [&str; 4] = [
+    "snowflake_nextval",
+    "snowflake_nextval_batch",
+    "snowflake_nextval_array",
+    "snowflake_uuidv7",
+];
+
+/// [`GENERATING_FUNCTIONS`] as an SQL list of literals, for `IN (...)`.
+pub fn generating_functions_sql() -> String {
+    GENERATING_FUNCTIONS
+        .iter()
+        .map(|f| format!("'{f}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The state shared by every backend. Both words sit on one cache line: a
 /// caller needs both, and one miss is cheaper than two.
 #[repr(C, align(64))]

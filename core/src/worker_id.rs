@@ -176,7 +176,9 @@ pub fn from_citus_group(
         )
         .detail("Citus gives a new group id to every node added, and again to a node removed and added back; they are never reused.")
         .hint(format!(
-            "Lower snowflake_id.worker_id_offset on every node so that each group id lands in 0 to {max}, or use a layout with more worker bits; {RESTART}."
+            "{} snowflake_id.worker_id_offset on every node so that each group id lands in 0 to {max}{}; {RESTART}.",
+            if worker < 0 { "Raise" } else { "Lower" },
+            if worker < 0 { "" } else { ", or use a layout with more worker bits" }
         )));
     }
     Ok((
@@ -366,6 +368,13 @@ mod tests {
                 e.message.contains("does not fit the 10 worker bits"),
                 "{}",
                 e.message
+            );
+            // The way out points the right way: up for a worker id below 0.
+            let hint = e.hint.unwrap();
+            let up = group.saturating_add(offset.into()) < 0;
+            assert!(
+                hint.starts_with(if up { "Raise" } else { "Lower" }),
+                "{group} + {offset}: {hint}"
             );
         }
         assert_eq!(

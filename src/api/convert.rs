@@ -794,7 +794,7 @@ fn citus_tables(c: &SpiClient<'_>, target: pg_sys::Oid, widened: &[&Found]) -> V
             "SELECT pg_catalog.format('%s', p.logicalrelid::pg_catalog.regclass), \
                     CASE WHEN p.partmethod OPERATOR(pg_catalog.<>) 'n' THEN 'distributed table' \
                          WHEN p.repmodel OPERATOR(pg_catalog.=) 't' THEN 'reference table' \
-                         ELSE 'Citus local table' END, \
+                         ELSE 'local table' END, \
                     CASE WHEN p.partmethod OPERATOR(pg_catalog.<>) 'n' THEN pg_catalog.quote_ident( \
                          pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)) END \
              FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1",

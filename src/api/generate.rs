@@ -1,10 +1,12 @@
 //! Issuing IDs: `snowflake_nextval()`, its batches, and
 //! `snowflake_lastval()`.
 
+use crate::catalog;
 use crate::issue;
 use crate::pg::clock;
 use crate::pg::error::raise;
 use crate::pg::int8_array::Int8Array;
+use crate::pg::role;
 use pgrx::prelude::*;
 use snowflake_id_core::{Class, Failure};
 
@@ -61,11 +63,14 @@ fn snowflake_nextval_array(n: i32) -> Int8Array {
 /// The last ID this session drew, by any of the generating functions
 /// (`snowflake_nextval()`, the last of a batch, the ID of a
 /// `snowflake_uuidv7()`), as `lastval()` answers for sequences; kept
-/// through a rollback, as `lastval()` keeps it. VOLATILE (each draw changes
-/// it); PARALLEL RESTRICTED (a parallel worker's draws are its own).
+/// through a rollback, as `lastval()` keeps it. An ID drawn as another role
+/// (inside SECURITY DEFINER code) is answered only to a role that has that
+/// role's privileges or may draw IDs itself, as `lastval()` asks for the
+/// privilege on the sequence. VOLATILE (each draw changes it); PARALLEL
+/// RESTRICTED (a parallel worker's draws are its own).
 #[pg_extern(volatile, parallel_restricted)]
 fn snowflake_lastval() -> i64 {
-    issue::last().unwrap_or_else(|| {
+    let Some((id, drawer)) = issue::last() else {
         raise(
             Failure::new(
                 Class::NotReady,
@@ -73,5 +78,16 @@ fn snowflake_lastval() -> i64 {
             )
             .hint("Draw an ID first in this session: snowflake_nextval(), snowflake_uuidv7(), snowflake_nextval_batch() or snowflake_nextval_array()."),
         )
-    })
+    };
+    if drawer != role::current() && !role::acts_as(drawer) && !catalog::may_draw() {
+        raise(
+            Failure::new(
+                Class::Privilege,
+                "permission denied for snowflake_lastval: the last ID was drawn inside a SECURITY DEFINER function, and this role may not draw IDs",
+            )
+            .detail("The ID was drawn as the function's owner; a role without EXECUTE on the generating functions is not told the IDs drawn for it.")
+            .hint("Return the ID from the function (RETURNING id), or GRANT EXECUTE ON FUNCTION snowflake_nextval() to this role."),
+        );
+    }
+    id
 }

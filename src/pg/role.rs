@@ -2,6 +2,14 @@
 
 use pgrx::pg_sys;
 
+/// The current role: the session's, or the owner's of the SECURITY DEFINER
+/// function running.
+#[inline]
+pub fn current() -> pg_sys::Oid {
+    // SAFETY: reads a backend global, set whenever a backend runs a query.
+    unsafe { pg_sys::GetUserId() }
+}
+
 /// Whether the current role is a superuser.
 pub fn is_superuser() -> bool {
     // SAFETY: a catalog lookup of the current role, inside a transaction

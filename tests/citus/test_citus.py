@@ -322,6 +322,55 @@ def test_a_generator_default_added_to_a_filled_reference_table_is_refused_and_th
     assert c.one("SELECT count(DISTINCT sid) FROM dist_fill") == 100
 
 
+@pytest.mark.parametrize("kind, column, default, generator", [
+    ("reference", "uid uuid", "snowflake_uuidv7()", "snowflake_uuidv7"),
+    ("reference", "code text", "snowflake_to_text(snowflake_nextval(), 'base62')", "snowflake_nextval"),
+    ("replicated", "sid bigint", "snowflake_nextval()", "snowflake_nextval"),
+    ("replicated", "uid uuid", "snowflake_id_to_uuid(snowflake_nextval())", "snowflake_nextval"),
+])
+def test_a_default_that_draws_ids_added_to_a_filled_table_with_copies_is_refused_and_the_hints_way_keeps_them_identical(
+        cluster, kind, column, default, generator):
+    """Every table whose rows Citus keeps in more than one copy (a reference table;
+    a distributed table made with citus.shard_replication_factor = 2), and every
+    default that draws IDs, however wrapped: refused before any node changes, with a
+    HINT that keeps the column's own default and, pasted, leaves every copy alike."""
+    c, w1, w2, _ = cluster
+    name = column.split()[0]
+    table = f"copied_{kind}_{name}"
+    c.sql(f"CREATE TABLE {table} (k int PRIMARY KEY, v text)")
+    if kind == "reference":
+        c.sql(f"SELECT create_reference_table('{table}')")
+    else:
+        c.sql(f"SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{table}', 'k', shard_count => 4)")
+    c.sql(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    code, message, hint = c.error(f"ALTER TABLE {table} ADD COLUMN {column} DEFAULT {default}")
+    assert code == "0A000", (code, message)
+    where = ("the Citus reference table" if kind == "reference"
+             else "the distributed table")
+    assert message.startswith(f"cannot add a column whose DEFAULT calls {generator}() to {where} public.{table}"), message
+    if kind == "replicated":
+        assert message.endswith("each of its shards has 2 copies"), message
+    has = f"SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = '{name}'"
+    assert [s.one(has) for s in (c, w1, w2)] == [0, 0, 0]
+    # The HINT keeps the column's own default (as PostgreSQL prints it).
+    assert f"ALTER TABLE public.{table} ADD COLUMN {column};" in hint, hint
+    assert f"SET DEFAULT {default.split('(')[0]}(" in hint, hint
+    # Pasted into psql (each statement on its own, as Citus needs for DDL):
+    # every copy of every shard holds the same values.
+    for statement in hint[hint.index("ALTER TABLE"):].rstrip(";").split("; "):
+        c.sql(statement)
+    per_shard = {}
+    for shard, result in c.sql(
+            f"SELECT shardid, result FROM run_command_on_placements('{table}',"
+            f" $$SELECT md5(string_agg(k || ':' || {name}, ',' ORDER BY k)) FROM %s$$)"):
+        per_shard.setdefault(shard, set()).add(result)
+    copies = 3 if kind == "reference" else 2
+    assert per_shard and all(len(d) == 1 for d in per_shard.values()), per_shard
+    assert c.one(f"SELECT count(*) FROM run_command_on_placements('{table}', 'SELECT 1')") >= copies * len(per_shard)
+    assert c.one(f"SELECT count(*) FROM {table} WHERE {name} IS NULL") == 0
+    assert c.one(f"SELECT count(DISTINCT {name}) FROM {table}") == 300
+
+
 def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(cluster):
     c, w1, w2, _ = cluster
     c.sql("CREATE TABLE dup (tenant int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (tenant, id));"

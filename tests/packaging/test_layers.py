@@ -11,7 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Lowest first: each may name only those before it.
-LAYERS = ["pg", "settings", "shmem", "mark", "citus", "opaque", "copies", "issue", "bgworkers", "api"]
+LAYERS = ["pg", "catalog", "settings", "shmem", "mark", "citus", "opaque", "copies", "issue", "bgworkers", "api"]
 # lib.rs wires every part; sql_tests are the #[pg_test] tests, of the whole.
 ABOVE_ALL = {"lib", "sql_tests"}
 

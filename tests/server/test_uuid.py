@@ -240,3 +240,58 @@ def test_lastval_per_session_and_its_refusal():
                 raise AssertionError(f"lastval survived {discard}")
             except Exception as e:
                 assert e.pgcode == "55000", e
+
+
+def test_lastval_after_security_definer_code_answers_only_a_role_that_may_draw():
+    """An ID drawn inside a SECURITY DEFINER function is drawn as its owner. As
+    lastval() asks the caller for the privilege on the sequence, snowflake_lastval()
+    answers it to a caller that may draw IDs itself (EXECUTE on a generating function)
+    or has the owner's privileges; to any other, 42501 with a HINT."""
+    with server("lastval-definer") as srv:
+        application_role(srv)
+        srv.sql("CREATE ROLE clerk LOGIN")
+        app = srv.connect(dbname="appdb", user="app").cursor()
+        app.execute("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v text)")
+        app.execute(
+            "CREATE FUNCTION place_order(v text) RETURNS void SECURITY DEFINER"
+            " SET search_path = public, pg_catalog LANGUAGE sql AS $$ INSERT INTO public.orders (v) VALUES ($1) $$")
+        app.execute(
+            "CREATE FUNCTION place_order_id(v text) RETURNS bigint SECURITY DEFINER"
+            " SET search_path = public, pg_catalog LANGUAGE plpgsql"
+            " AS $$ BEGIN INSERT INTO public.orders (v) VALUES (v); RETURN snowflake_lastval(); END $$")
+        clerk = srv.connect(dbname="appdb", user="clerk").cursor()
+
+        def newest():
+            app.execute("SELECT max(id) FROM orders")
+            return app.fetchone()[0]
+
+        # Inside the function, its own draw.
+        clerk.execute("SELECT place_order_id('a')")
+        assert clerk.fetchone()[0] == newest()
+        # After it, to a caller that may draw IDs itself (PUBLIC may, by default).
+        clerk.execute("SELECT place_order('b')")
+        clerk.execute("SELECT snowflake_lastval()")
+        assert clerk.fetchone()[0] == newest()
+        # A caller that may not draw IDs is not told the ones drawn for it.
+        for f in ("snowflake_nextval()", "snowflake_nextval_batch(integer)",
+                  "snowflake_nextval_array(integer)", "snowflake_uuidv7()"):
+            srv.sql(f"REVOKE EXECUTE ON FUNCTION {f} FROM PUBLIC", dbname="appdb")
+            srv.sql(f"GRANT EXECUTE ON FUNCTION {f} TO app", dbname="appdb")
+        clerk.execute("SELECT place_order('c')")
+        try:
+            clerk.execute("SELECT snowflake_lastval()")
+            answered = clerk.fetchone()
+        except Exception as e:
+            answered = None
+            assert e.pgcode == "42501", e
+            assert "SECURITY DEFINER" in e.diag.message_primary, e.diag.message_primary
+            assert "RETURNING" in e.diag.message_hint and "GRANT EXECUTE" in e.diag.message_hint, e.diag.message_hint
+        assert answered is None, f"lastval answered {answered} to a role that may not draw IDs"
+        # Inside the function it still answers: the owner drew it.
+        clerk.execute("SELECT place_order_id('d')")
+        assert clerk.fetchone()[0] == newest()
+        # A member of the owner's role has its privileges: answered.
+        srv.sql("GRANT app TO clerk")
+        clerk.execute("SELECT place_order('e')")
+        clerk.execute("SELECT snowflake_lastval()")
+        assert clerk.fetchone()[0] == newest()

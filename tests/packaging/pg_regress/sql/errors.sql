@@ -27,3 +27,14 @@ SELECT snowflake_nextval_batch(1000001);
 SELECT snowflake_nextval_array(0);
 SELECT snowflake_nextval_array(1000001);
 SELECT snowflake_decode(NULL) IS NULL AS strict_null;
+-- Statements the utility hook looks at: nothing of its own is printed before
+-- PostgreSQL's own error (a data-modifying CTE in an ADD COLUMN's default),
+-- and a default that draws IDs is taken as it is where no Citus is.
+CREATE TABLE hook_parent (v int);
+CREATE TABLE hook_t (k int PRIMARY KEY);
+INSERT INTO hook_t VALUES (1), (2);
+ALTER TABLE hook_t ADD COLUMN z int DEFAULT (WITH w AS (INSERT INTO hook_parent VALUES (99) RETURNING 1) SELECT 1);
+ALTER TABLE hook_t ADD COLUMN c int DEFAULT k;
+ALTER TABLE hook_t ADD COLUMN s bigint DEFAULT snowflake_nextval(), ADD COLUMN u uuid DEFAULT snowflake_uuidv7();
+SELECT count(DISTINCT s) AS distinct_ids, count(DISTINCT u) AS distinct_uuids FROM hook_t;
+DROP TABLE hook_t, hook_parent;
