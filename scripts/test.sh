@@ -346,12 +346,15 @@ system_lane() {
     layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
         pytest_spread "${server_tests[@]}" || rc=1
-    citus_layer "$m" "$PG_CONFIG" || rc=1
     return $rc
 }
+# The Citus cluster tests of a major are a lane of their own, beside its
+# real-server tests: both mostly wait (claims refreshes, clocks, nodes
+# added), and Citus's build runs while they do.
 if wanted regress || wanted update || wanted server || wanted citus || wanted package; then
     install_into "$m" "$PG_CONFIG"
     start_lane "pg$m" 55400 system_lane
+    if wanted citus; then start_lane "citus$m" 58000 citus_layer "$m" "$PG_CONFIG"; fi
 fi
 
 # The other majors, each as soon as its build is in: its #[pg_test] tests,
@@ -411,15 +414,14 @@ oldest_available() {
 installed() { [[ -f "$LOGS/installed-$1" ]]; }
 # Each other major's lane, with its PostgreSQL: pg_regress sits beside PGXS,
 # wherever configure put the library directory (prefix/lib, or
-# prefix/lib/postgresql). The newest's real-server and Citus tests come
+# prefix/lib/postgresql). The newest's real-server tests come
 # first: its pg_upgrade from the oldest needs that one installed, which the
-# build lane does meanwhile.
+# build lane does meanwhile. (Its Citus tests are a lane of their own.)
 other_lane() {
     local m=$1 bin=$2 rc=0 oldest
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
     if [[ $m == "$newest" ]]; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
-        citus_layer "$m" "$bin/pg_config" || rc=1
     fi
     layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
     oldest=$(oldest_available)
@@ -437,6 +439,11 @@ other_lane() {
         layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     fi
     return $rc
+}
+# The newest's Citus lane, with its PostgreSQL.
+other_citus_lane() {
+    export PG_BIN="$2"
+    citus_layer "$1" "$2/pg_config"
 }
 port=56400
 available=""
@@ -468,6 +475,9 @@ for m in $builds_order; do
     chmod -R a+rX "$PG_CACHE/$m/"
     touch "$LOGS/installed-$m"
     start_lane "pg$m" "$port" other_lane "$m" "$bin"
+    if [[ $m == "$newest" ]] && wanted citus; then
+        start_lane "citus$m" 58500 other_citus_lane "$m" "$bin"
+    fi
     port=$((port + 500))
 done
 builds_over
