@@ -98,7 +98,12 @@ lane_failed=""
 lane_skip() { echo "$1 $2 skipped ($3)" >>"$LANE_RESULTS"; }
 lane_note() { echo "$1" >>"$LANE_NOTES"; }
 # Starts a lane: `$3...` in the background with its own scratch directory
-# and ports from $2 (100 for each pytest-xdist worker).
+# and ports from $2 (100 for each pytest-xdist worker). Lanes run niced
+# (SNOWFLAKE_LANE_NICE, 5): they mostly wait, and what they compute (Citus's
+# build, their servers) has time to spare, while the foreground's builds,
+# one major after another, are what the whole run waits for. (The
+# PostgreSQL builds stay at the foreground's priority: each major's builds
+# wait for its PostgreSQL.)
 start_lane() {
     local name=$1 port=$2
     shift 2
@@ -106,6 +111,7 @@ start_lane() {
     mkdir -p "$dir"
     chown postgres "$dir"
     (
+        renice -n "${SNOWFLAKE_LANE_NICE:-5}" -p "$BASHPID" >/dev/null 2>&1 || true
         export SNOWFLAKE_TEST_PORT=$port SNOWFLAKE_TEST_DIR=$dir
         export LANE_RESULTS="$LOGS/$name.results" LANE_NOTES="$LOGS/$name.notes"
         : >"$LANE_RESULTS"
