@@ -8,6 +8,7 @@
 //! caller's search path can stand in.
 
 use crate::catalog;
+use crate::mark;
 use crate::pg::encoding::from_server;
 use crate::pg::error::raise;
 use crate::pg::guc;
@@ -16,57 +17,161 @@ use crate::pg::text::{ident, Text};
 use crate::shmem::Shmem;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgList};
-use snowflake_id_core::citus::{copied_table_add_column, Copies};
+use snowflake_id_core::citus::{copied_table_add_column, membership, Copies, Listed};
 use snowflake_id_core::layout::Layout;
-use snowflake_id_core::worker_id::{from_citus_group, CitusNode};
+use snowflake_id_core::worker_id::{from_citus_group, CitusNode, Promoted};
 use snowflake_id_core::{Class, Failure};
 use std::ffi::CStr;
 
-/// This node's group id and whether its metadata lists a coordinator; `None`
+/// Whether the caller's database holds Citus's metadata.
+fn has_citus(c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<bool> {
+    Ok(c.select(
+        "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL \
+                AND pg_catalog.to_regclass('pg_catalog.pg_dist_node') IS NOT NULL",
+        None,
+        &[],
+    )?
+    .first()
+    .get_one::<bool>()?
+        == Some(true))
+}
+
+/// Offers the caller's database to the claims worker as the one whose
+/// Citus metadata this node belongs to, if it holds Citus's metadata (the
+/// first offer stands until the next start). Whether it does.
+pub fn offer_this_database(shm: &Shmem) -> bool {
+    let citus = spi::ok(Spi::connect(has_citus));
+    if citus {
+        // SAFETY: set once the backend is connected, never changed.
+        shm.claims.offer_database(unsafe { pg_sys::MyDatabaseId });
+    }
+    citus
+}
+
+/// This node's group id, whether its metadata lists a coordinator, and
+/// whether it is a clone promoted but not yet given its own group; `None`
 /// where the database has no Citus.
-fn this_node() -> Option<CitusNode> {
+fn this_node(shm: &Shmem) -> Option<CitusNode> {
     spi::ok(Spi::connect(|c| {
-        let has_citus = c
-            .select(
-                "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL \
-                        AND pg_catalog.to_regclass('pg_catalog.pg_dist_node') IS NOT NULL",
-                None,
-                &[],
-            )?
-            .first()
-            .get_one::<bool>()?;
-        if has_citus != Some(true) {
+        if !has_citus(c)? {
             return Ok(None);
         }
+        // SAFETY: set once the backend is connected, never changed.
+        shm.claims.offer_database(unsafe { pg_sys::MyDatabaseId });
         let row = c
             .select(
                 "SELECT (SELECT groupid::pg_catalog.int8 FROM pg_catalog.pg_dist_local_group LIMIT 1), \
                         EXISTS (SELECT FROM pg_catalog.pg_dist_node \
                                 WHERE groupid OPERATOR(pg_catalog.=) 0 \
-                                  AND noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole)",
+                                  AND noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole), \
+                        EXISTS (SELECT FROM pg_catalog.pg_attribute \
+                                WHERE attrelid OPERATOR(pg_catalog.=) 'pg_catalog.pg_dist_node'::pg_catalog.regclass \
+                                  AND attname OPERATOR(pg_catalog.=) 'nodeisclone' AND NOT attisdropped)",
                 None,
                 &[],
             )?
             .first();
-        let (group_id, coordinator_listed) = row.get_two::<i64, bool>()?;
+        let group_id = row.get::<i64>(1)?;
+        let coordinator_listed = row.get::<bool>(2)?.unwrap_or(false);
+        let clones = row.get::<bool>(3)?.unwrap_or(false);
         // A metadata table without its one row is no group id at all.
-        Ok(group_id.map(|group_id| CitusNode {
+        let Some(group_id) = group_id else {
+            return Ok(None);
+        };
+        // Only a server that ran as a standby since its start can be a
+        // promoted copy of another node; the node it copies, which lists the
+        // same rows, never was.
+        let promoted = if mark::start::started_as_copy(shm) {
+            promoted_as(c, group_id, clones)?
+        } else {
+            None
+        };
+        Ok(Some(CitusNode {
             group_id,
-            coordinator_listed: coordinator_listed.unwrap_or(false),
+            coordinator_listed,
+            promoted,
         }))
     }))
 }
 
+/// What this server, a promoted standby of group `group_id`, is listed as
+/// in its metadata, if it is one of the group's clones (Citus 13.2+:
+/// `clones`) or secondaries: each such row is asked over Citus's own
+/// connection whether it is this server (its start time and port). Ports and host names cannot tell: nodes on other hosts often
+/// listen on the same port, and a node does not know the name it was added
+/// under. A row that does not answer (within 2 s) is not this server.
+fn promoted_as(
+    c: &pgrx::spi::SpiClient<'_>,
+    group_id: i64,
+    clones: bool,
+) -> pgrx::spi::SpiResult<Option<Promoted>> {
+    let query = format!(
+        "SELECT s.nodename::pg_catalog.text, s.nodeport, false FROM pg_catalog.pg_dist_node s \
+         WHERE s.groupid::pg_catalog.int8 OPERATOR(pg_catalog.=) $1 \
+           AND s.noderole OPERATOR(pg_catalog.=) 'secondary'::pg_catalog.noderole{}",
+        if clones {
+            " UNION ALL SELECT k.nodename::pg_catalog.text, k.nodeport, true FROM pg_catalog.pg_dist_node k \
+              JOIN pg_catalog.pg_dist_node p ON p.nodeid OPERATOR(pg_catalog.=) k.nodeprimarynodeid \
+              WHERE k.nodeisclone AND p.groupid::pg_catalog.int8 OPERATOR(pg_catalog.=) $1"
+        } else {
+            ""
+        }
+    );
+    let candidates: Vec<(String, i32, bool)> = c
+        .select(&query, None, &[group_id.into()])?
+        .filter_map(|r| {
+            Some((
+                r.get::<Text>(1).ok()??.0,
+                r.get::<i32>(2).ok()??,
+                r.get::<bool>(3).ok()??,
+            ))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    // Who this server is, and the same asked of each row: its start to the
+    // microsecond and its port, which any role may read, in words that read
+    // alike on every server (no date or float formats).
+    const WHO: &str = "SELECT (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) \
+                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text \
+                       OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) pg_catalog.current_setting('port')";
+    // The connection timeout set for the asks alone.
+    guc::with(c"citus.node_connection_timeout", c"2000", || {
+        let me = c.select(WHO, None, &[])?.first().get_one::<Text>()?;
+        for (host, port, clone) in candidates {
+            let answer = c
+                .select(
+                    "SELECT CASE WHEN r.success THEN r.result END \
+                     FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
+                          ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
+                    None,
+                    &[Text(host).into(), port.into(), Text(WHO.to_string()).into()],
+                )?
+                .first()
+                .get_one::<Text>()?;
+            if answer.is_some() && answer == me {
+                return Ok(Some(if clone {
+                    Promoted::Clone
+                } else {
+                    Promoted::Secondary
+                }));
+            }
+        }
+        Ok(None)
+    })
+}
+
 /// This server's worker id as the Citus metadata of the caller's database
 /// gives it, with its origin in words, or why it cannot yet.
-pub fn read_worker_id(offset: i32, layout: &Layout) -> Result<(u32, String), Failure> {
-    from_citus_group(this_node(), offset, layout)
+pub fn read_worker_id(shm: &Shmem, offset: i32, layout: &Layout) -> Result<(u32, String), Failure> {
+    from_citus_group(this_node(shm), offset, layout)
 }
 
 /// Settles this server's worker id from the Citus metadata of the caller's
 /// database, or says why it cannot yet.
 pub fn settle(shm: &Shmem, offset: i32, layout: &Layout) -> Result<u32, Failure> {
-    let (worker, origin) = read_worker_id(offset, layout)?;
+    let (worker, origin) = read_worker_id(shm, offset, layout)?;
     match shm.worker.settle(worker) {
         Ok(()) => {
             log!("snowflake_id: worker id {worker}, from {origin}");
@@ -89,6 +194,7 @@ pub fn origin(worker: u32, offset: i32, layout: &Layout) -> String {
         Some(CitusNode {
             group_id,
             coordinator_listed: true,
+            promoted: None,
         }),
         offset,
         layout,
@@ -355,5 +461,91 @@ fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
             .map(|a| ident(a.as_str()))
             .collect();
         Ok(Some((table, key)))
+    }))
+}
+
+/// On a worker, what the coordinator's metadata says of this node (see
+/// `snowflake_id_core::citus::membership`), asked over Citus's own
+/// connection; `None` on the coordinator, where the database has no Citus,
+/// and where the coordinator cannot be asked (the claims read says so).
+pub fn membership_problem(worker: u32) -> Option<Failure> {
+    spi::ok(Spi::connect(|c| {
+        if !has_citus(c)? {
+            return Ok(None);
+        }
+        let row = c
+            .select(
+                "SELECT g.groupid::pg_catalog.int8, me.nodename::pg_catalog.text, me.nodeport, \
+                        co.nodename::pg_catalog.text, co.nodeport \
+                 FROM (SELECT groupid FROM pg_catalog.pg_dist_local_group LIMIT 1) g \
+                 LEFT JOIN LATERAL (SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n \
+                      WHERE n.groupid OPERATOR(pg_catalog.=) g.groupid \
+                        AND n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole \
+                      ORDER BY n.nodeid LIMIT 1) me ON true \
+                 LEFT JOIN LATERAL (SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n \
+                      WHERE n.groupid OPERATOR(pg_catalog.=) 0 \
+                        AND n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole \
+                      ORDER BY n.nodeid LIMIT 1) co ON true",
+                None,
+                &[],
+            )?
+            .first();
+        let (Some(group), Some(host), Some(port), Some(co_host), Some(co_port)) = (
+            row.get::<i64>(1)?,
+            row.get::<Text>(2)?,
+            row.get::<i32>(3)?,
+            row.get::<Text>(4)?,
+            row.get::<i32>(5)?,
+        ) else {
+            return Ok(None);
+        };
+        if group == 0 {
+            return Ok(None);
+        }
+        const LIST: &str = "SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.nodename, n.nodeport, n.groupid, \
+                            n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole)) \
+                            FROM pg_catalog.pg_dist_node n";
+        let answer = guc::with(c"citus.node_connection_timeout", c"2000", || {
+            c.select(
+                "SELECT CASE WHEN r.success THEN r.result END \
+                 FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
+                      ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
+                None,
+                &[
+                    co_host.into(),
+                    co_port.into(),
+                    Text(LIST.to_string()).into(),
+                ],
+            )?
+            .first()
+            .get_one::<Text>()
+        })?;
+        let Some(answer) = answer.filter(|a| !a.0.is_empty()) else {
+            return Ok(None);
+        };
+        let listed: Vec<Listed> = c
+            .select(
+                "SELECT e OPERATOR(pg_catalog.->>) 0, (e OPERATOR(pg_catalog.->>) 1)::pg_catalog.int4, \
+                        (e OPERATOR(pg_catalog.->>) 2)::pg_catalog.int8, (e OPERATOR(pg_catalog.->>) 3)::pg_catalog.bool \
+                 FROM pg_catalog.json_array_elements($1::pg_catalog.json) e",
+                None,
+                &[answer.into()],
+            )?
+            .filter_map(|r| {
+                Some(Listed {
+                    host: r.get::<Text>(1).ok()??.0,
+                    port: r.get::<i32>(2).ok()??,
+                    group: r.get::<i64>(3).ok()??,
+                    primary: r.get::<bool>(4).ok()??,
+                })
+            })
+            .collect();
+        let me = Listed {
+            host: host.0,
+            port,
+            group,
+            primary: true,
+        };
+        Ok(membership(&me, &listed, worker))
     }))
 }

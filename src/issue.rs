@@ -107,13 +107,27 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
         return Err(mark::read_only());
     }
     let cfg = settings::config()?;
+    // A look at the status in the Citus database tells the claims worker
+    // where to keep claims, as a first ID there does: a node that is only
+    // watched is claimed and judged too.
+    if !settle && shm.worker.get().is_none() && claims_await_database(shm) {
+        citus::offer_this_database(shm);
+    }
     let worker = match (shm.worker.get(), cfg.worker) {
         (Some(w), _) => w,
         (None, _) if settle => unsettled(shm, cfg)?,
-        (None, Worker::CitusGroup { offset }) => citus::read_worker_id(offset, &cfg.layout)?.0,
+        (None, Worker::CitusGroup { offset }) => citus::read_worker_id(shm, offset, &cfg.layout)?.0,
         (None, Worker::Fixed(w)) => w,
     };
     Ok((cfg, worker))
+}
+
+/// Whether the claims worker waits to be told the Citus database: on a
+/// Citus node without a claims database, until a backend offered one.
+fn claims_await_database(shm: &Shmem) -> bool {
+    settings::first_id_waits_for_claims()
+        && settings::claims_database().is_none()
+        && shm.claims.offered_database().is_none()
 }
 
 /// How long calls wait, at most, for the claims worker's first judging of
@@ -128,7 +142,12 @@ pub const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
 /// settings or the Citus metadata.
 #[cold]
 fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
-    if settings::first_id_waits_for_claims() {
+    // Where no claims database is set, the claims worker waits to be told
+    // the Citus database: the first call there tells it. A call in another
+    // database before that has no judging to wait for.
+    let awaited = settings::first_id_waits_for_claims()
+        && (!claims_await_database(shm) || citus::offer_this_database(shm));
+    if awaited {
         let deadline = shm
             .worker
             .waits_until()

@@ -313,7 +313,7 @@ pub fn define() {
     );
     GucRegistry::define_string_guc(
         c"snowflake_id.claims_database",
-        c"The database where this server claims its worker id in snowflake_claims; empty: no claims.",
+        c"The database where this server claims its worker id in snowflake_claims; empty: no claims, or on a Citus node the database where Citus is.",
         c"Replicate snowflake_claims along with the data, and every server that receives another live server's claim on its own worker id knows.",
         &CLAIMS_DATABASE,
         GucContext::Postmaster,
@@ -484,24 +484,34 @@ pub fn claims_database() -> Option<String> {
     Some(string_setting(&CLAIMS_DATABASE)).filter(|d| !d.trim().is_empty())
 }
 
-/// Whether the first ID after a start waits for the claims worker to have
-/// judged claims once: on a Citus node (Citus preloaded) with a claims
-/// database, where the worker reads the other nodes' claims itself, so that
-/// a worker id given twice in the cluster is refused before it stores a row.
-/// Not in binary-upgrade mode, where no claims worker runs.
-pub fn first_id_waits_for_claims() -> bool {
-    let citus = crate::pg::guc::text(c"shared_preload_libraries").is_some_and(|libs| {
+/// Whether Citus is among the preloaded libraries ('citus', or a path to it).
+pub fn citus_preloaded() -> bool {
+    crate::pg::guc::text(c"shared_preload_libraries").is_some_and(|libs| {
         libs.split(',').any(|l| {
             let l = l.trim().trim_matches('"');
-            // 'citus' or a path to it ('$libdir/citus').
             l.rsplit('/')
                 .next()
                 .unwrap_or(l)
                 .eq_ignore_ascii_case("citus")
         })
-    });
+    })
+}
+
+/// Whether this server keeps a worker-id claim: where a claims database is
+/// set, and on every Citus node (Citus preloaded), where the claims then
+/// live in the database whose Citus metadata the node belongs to, found by
+/// the first backend that reads it. Not in binary-upgrade mode.
+pub fn claims_kept() -> bool {
     // SAFETY: a plain read of a flag the postmaster set from its options.
-    citus && claims_database().is_some() && !unsafe { pg_sys::IsBinaryUpgrade }
+    (claims_database().is_some() || citus_preloaded()) && !unsafe { pg_sys::IsBinaryUpgrade }
+}
+
+/// Whether the first ID after a start waits for the claims worker to have
+/// judged claims once: on a Citus node, where the worker reads the other
+/// nodes' claims itself, so that a worker id given twice in the cluster is
+/// refused before it stores a row.
+pub fn first_id_waits_for_claims() -> bool {
+    citus_preloaded() && claims_kept()
 }
 
 /// This server's name in its claim: `cluster_name`, else host and port.

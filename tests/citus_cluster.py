@@ -1,7 +1,8 @@
 """A Citus cluster on this machine for the tests and the benchmark: nodes
 that preload Citus and snowflake_id with one configuration, the same on
-every node (`snowflake_id.worker_id_source = 'citus'`, the Citus database as
-the claims database), talking over loopback."""
+every node (`snowflake_id.worker_id_source = 'citus'` and nothing more: the
+install block of docs/citus.md; the claims live in the Citus database without
+being named), talking over loopback."""
 
 import harness
 from harness import Server
@@ -28,8 +29,6 @@ def node(made, name, faketime=False, **conf):
         "citus.shard_count": 4,
         # Nodes talk over loopback here; Citus's own default asks for SSL.
         "citus.node_conninfo": "'sslmode=disable'",
-        # The Citus database: the claims worker reads the other nodes' claims there.
-        "snowflake_id.claims_database": "'postgres'",
         **SOURCE,
         **conf,
     })

@@ -58,6 +58,84 @@ pub fn copied_table_add_column(
     ))
 }
 
+/// A node as a Citus node's metadata (`pg_dist_node`) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub host: String,
+    pub port: i32,
+    pub group: i64,
+    /// `noderole = 'primary'`.
+    pub primary: bool,
+}
+
+impl Listed {
+    fn at(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    fn same_node(&self, other: &Listed) -> bool {
+        self.host == other.host && self.port == other.port
+    }
+}
+
+/// What the coordinator's metadata says of a worker that lists itself as
+/// `me` (its group's primary in its own metadata) and issues IDs under
+/// `worker`: nothing wrong, a warning, or (its group given to another node,
+/// which Citus does only when told a group id by hand) a refusal. A node
+/// removed from the cluster is not told so, and goes on serving the
+/// sessions that connect to it with its stale metadata.
+pub fn membership(me: &Listed, coordinator: &[Listed], worker: u32) -> Option<Failure> {
+    let primaries: Vec<&Listed> = coordinator.iter().filter(|n| n.primary).collect();
+    if primaries
+        .iter()
+        .any(|n| n.same_node(me) && n.group == me.group)
+    {
+        return None;
+    }
+    if let Some(other) = primaries.iter().find(|n| n.group == me.group) {
+        return Some(
+            Failure::new(
+                Class::NotReady,
+                format!(
+                    "the coordinator's metadata gives this node's group {} to node {}: this node ({}) was removed from the Citus cluster and its group id given again",
+                    me.group,
+                    other.at(),
+                    me.at()
+                ),
+            )
+            .detail(format!("Both would issue IDs under worker id {worker}: this node issues none while the coordinator's metadata says so."))
+            .hint("Stop this node, or add it back on the coordinator with citus_add_node (without groupid =>), which gives it a group id of its own; nothing needs a restart."),
+        );
+    }
+    if let Some(listed) = primaries.iter().find(|n| n.same_node(me)) {
+        return Some(
+            Failure::new(
+                Class::Warning,
+                format!(
+                    "the coordinator's metadata gives this node ({}) group {}, its own metadata group {}: Citus has not synced it yet",
+                    me.at(),
+                    listed.group,
+                    me.group
+                ),
+            )
+            .hint("Citus syncs a node's metadata when it is added; the worker id follows the group id once it arrives (SELECT start_metadata_sync_to_node(...) on the coordinator if it does not)."),
+        );
+    }
+    Some(
+        Failure::new(
+            Class::Warning,
+            format!(
+                "this node ({}) is not in the coordinator's metadata any more: removed from the Citus cluster, it goes on issuing IDs under worker id {worker} for the sessions that connect to it, through its stale metadata",
+                me.at()
+            ),
+        )
+        .hint(format!(
+            "Stop it, or add it back on the coordinator with citus_add_node (which gives it a new group id). Never give its group id {} to another node by hand (citus_add_node(..., groupid => {})) while it runs: this node would then refuse IDs, but only once it reads the coordinator's metadata.",
+            me.group, me.group
+        )),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +206,59 @@ mod tests {
             "{hint}"
         );
         assert!(hint.contains("ON CONFLICT (tenant, id)"), "{hint}");
+    }
+
+    #[test]
+    fn a_workers_place_in_the_coordinators_metadata_is_judged() {
+        let node = |host: &str, port, group, primary| Listed {
+            host: host.into(),
+            port,
+            group,
+            primary,
+        };
+        let me = node("w3", 5432, 3, true);
+        let coordinator = [
+            node("c", 5432, 0, true),
+            node("w3", 5432, 3, true),
+            node("w3b", 5432, 3, false),
+        ];
+        assert_eq!(membership(&me, &coordinator, 3), None);
+        // Its group given to another node by hand: refused.
+        let f = membership(
+            &me,
+            &[node("c", 5432, 0, true), node("w4", 5433, 3, true)],
+            3,
+        )
+        .unwrap();
+        assert_eq!(f.class, Class::NotReady);
+        assert!(
+            f.message
+                .contains("gives this node's group 3 to node w4:5433"),
+            "{}",
+            f.message
+        );
+        // Removed, its group free: said, not refused.
+        let f = membership(&me, &[node("c", 5432, 0, true)], 3).unwrap();
+        assert_eq!(f.class, Class::Warning);
+        assert!(
+            f.message
+                .contains("not in the coordinator's metadata any more"),
+            "{}",
+            f.message
+        );
+        assert!(f.hint.unwrap().contains("groupid => 3"));
+        // Added again, the new group not synced yet: said.
+        let f = membership(&me, &[node("w3", 5432, 7, true)], 3).unwrap();
+        assert_eq!(f.class, Class::Warning);
+        assert!(
+            f.message.contains("gives this node (w3:5432) group 7"),
+            "{}",
+            f.message
+        );
+        // A secondary of its group elsewhere is no owner.
+        assert_eq!(
+            membership(&me, &[node("w3", 5432, 3, true), node("x", 1, 3, false)], 3),
+            None
+        );
     }
 }

@@ -203,7 +203,7 @@ impl Finding {
             Finding::Warn(other) => Failure::new(
                 Class::Warning,
                 format!(
-                    "worker id {} is also claimed by the live server {}; that server stops issuing IDs once it receives this server's claim",
+                    "worker id {} is also claimed by the live server {}; that server stops issuing IDs when it reads this server's claim (replicated to it, or asked of this node as one of its Citus cluster's active primaries), and until then both issue the same IDs",
                     other.who.worker_id,
                     other.describe(now_ms)
                 ),

@@ -131,6 +131,23 @@ pub struct CitusNode {
     /// only where the coordinator is listed: on a worker that is not added
     /// yet, `pg_dist_node` is empty.
     pub coordinator_listed: bool,
+    /// Whether this server is, as far as it can tell, a standby of another
+    /// node promoted beside it: it ran as a standby since its start, and
+    /// its metadata lists, on its own port, a node of its group's that
+    /// Citus does not use as a primary. Its `group_id` is then its origin's,
+    /// copied with the data.
+    pub promoted: Option<Promoted>,
+}
+
+/// What a promoted standby is listed as in its own Citus metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promoted {
+    /// A clone of the group's primary (`citus_add_clone_node`, Citus 13.2+)
+    /// not yet given a group of its own.
+    Clone,
+    /// A secondary of the group (`citus_add_secondary_node`): its primary
+    /// is still the group's.
+    Secondary,
 }
 
 /// The worker id of a node whose `worker_id_source` is 'citus', from its
@@ -152,6 +169,35 @@ pub fn from_citus_group(
             "Take the first ID after a start in the database where CREATE EXTENSION citus ran (every database then uses the id read there); {LATER}."
         )));
     };
+    match node.promoted {
+        Some(Promoted::Clone) => {
+            return Err(Failure::new(
+                Class::NotReady,
+                format!(
+                    "this node was promoted from a Citus clone of group {}'s primary and has no group of its own yet: the group id it holds is its origin's",
+                    node.group_id
+                ),
+            )
+            .detail("citus_promote_clone_and_rebalance gives the promoted clone a new group id right after promoting it; IDs issued under the origin's group id meanwhile would repeat the origin's.")
+            .hint(format!(
+                "Wait for citus_promote_clone_and_rebalance to finish; {LATER}. A clone promoted another way (pg_ctl promote, a failover tool) keeps its origin's group id: it must not run beside its origin, so stop one of the two, or remove the clone's entry on the coordinator (citus_remove_clone_node) once its origin is gone for good."
+            )));
+        }
+        Some(Promoted::Secondary) => {
+            return Err(Failure::new(
+                Class::NotReady,
+                format!(
+                    "this node is a Citus secondary of group {} promoted out of recovery: the group's primary issues IDs under the same worker id",
+                    node.group_id
+                ),
+            )
+            .detail("A secondary shares its primary's group id; promoted beside a running primary, both would issue the same IDs.")
+            .hint(format!(
+                "If this node replaces its primary, make it the group's primary on the coordinator first (SELECT citus_update_node(<the primary's nodeid>, '<this host>', <this port>) once the old primary is stopped for good); otherwise stop it. {LATER}."
+            )));
+        }
+        None => {}
+    }
     if node.group_id == 0 && !node.coordinator_listed {
         return Err(Failure::new(
             Class::NotReady,
@@ -337,6 +383,7 @@ mod tests {
             Some(CitusNode {
                 group_id,
                 coordinator_listed,
+                promoted: None,
             })
         };
         // Workers 1, 2 and the coordinator once it is listed.
@@ -352,6 +399,31 @@ mod tests {
             from_citus_group(node(3, false), 500, &layout).unwrap().0,
             503
         );
+        // A promoted clone holds its origin's group id until Citus writes
+        // its own, and a promoted secondary its primary's: both wait.
+        for (promoted, words) in [
+            (
+                Promoted::Clone,
+                "promoted from a Citus clone of group 2's primary",
+            ),
+            (
+                Promoted::Secondary,
+                "a Citus secondary of group 2 promoted out of recovery",
+            ),
+        ] {
+            let e = from_citus_group(
+                Some(CitusNode {
+                    group_id: 2,
+                    coordinator_listed: true,
+                    promoted: Some(promoted),
+                }),
+                0,
+                &layout,
+            )
+            .unwrap_err();
+            assert_eq!(e.class, Class::NotReady);
+            assert!(e.message.contains(words), "{}", e.message);
+        }
         // A 0 that may be a worker not added yet: wait, never guess.
         let e = from_citus_group(node(0, false), 0, &layout).unwrap_err();
         assert_eq!(e.class, Class::NotReady);

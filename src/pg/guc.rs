@@ -43,3 +43,30 @@ pub fn pin(name: &str, value: &str) {
         )
     };
 }
+
+/// Runs `f` with setting `name` at `value`, as a function's `SET` clause
+/// does: on a settings level of its own, put back afterwards (an error
+/// puts it back with the transaction it aborts).
+pub fn with<R>(name: &CStr, value: &CStr, f: impl FnOnce() -> R) -> R {
+    // SAFETY: opens a settings level and sets one setting on it, as
+    // Postgres does for a function's SET clause; an unknown name or a bad
+    // value is an ERROR of Postgres's own.
+    let level = unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            name.as_ptr(),
+            value.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    let r = f();
+    // SAFETY: ends the level opened above.
+    unsafe { pg_sys::AtEOXact_GUC(false, level) };
+    r
+}

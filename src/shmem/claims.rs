@@ -26,6 +26,12 @@ pub struct ClaimsState {
     last_away_ms: AtomicI64,
     /// Until when the worker stays out of a database it found a template.
     template_until_ms: AtomicI64,
+    /// Where no claims database is set on a Citus node: the database whose
+    /// Citus metadata this node belongs to, as the first backend to read it
+    /// offered it (0 until then).
+    offered_database: AtomicU32,
+    /// The name of the database the worker keeps claims in, once connected.
+    database: SharedText,
 }
 
 impl ClaimsState {
@@ -40,7 +46,33 @@ impl ClaimsState {
             away_until_ms: AtomicI64::new(0),
             last_away_ms: AtomicI64::new(0),
             template_until_ms: AtomicI64::new(0),
+            offered_database: AtomicU32::new(0),
+            database: SharedText::new(),
         }
+    }
+
+    /// Offers `oid` as the Citus database; the first offer stands.
+    pub fn offer_database(&self, oid: pgrx::pg_sys::Oid) {
+        let _ = self.offered_database.compare_exchange(
+            0,
+            oid.to_u32(),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// The Citus database offered, if any.
+    pub fn offered_database(&self) -> Option<pgrx::pg_sys::Oid> {
+        match self.offered_database.load(Ordering::SeqCst) {
+            0 => None,
+            oid => Some(pgrx::pg_sys::Oid::from(oid)),
+        }
+    }
+
+    /// The name of the database the worker keeps claims in, empty until it
+    /// connected.
+    pub fn database(&self) -> &SharedText {
+        &self.database
     }
 
     /// Holds the worker out of its database for one more command, until

@@ -1,7 +1,8 @@
 //! The worker id generation uses. Known where shared memory is made when
-//! the settings name it; with `worker_id_source = 'citus'`, settled once, by
-//! the first call that reads this node's group id, and kept until the next
-//! start (a node's group id does not change while it is in a cluster).
+//! the settings name it; with `worker_id_source = 'citus'`, settled by the
+//! first call that reads this node's group id, and changed only when Citus
+//! gives the node another group while it runs (added again, a clone
+//! promoted): the claims worker follows it.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -52,6 +53,19 @@ impl WorkerId {
             Err(w) if w == u64::from(worker) => Ok(()),
             Err(w) => Err(w as u32),
         }
+    }
+
+    /// Moves a settled id from `old` to `new` (Citus gave the node another
+    /// group); whether it moved. IDs drawn from then on carry `new`.
+    pub fn follow(&self, old: u32, new: u32) -> bool {
+        self.value
+            .compare_exchange(
+                u64::from(old),
+                u64::from(new),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// The claims worker, as it starts (after recovery): calls wait for it

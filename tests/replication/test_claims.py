@@ -94,7 +94,7 @@ def test_the_same_worker_id_is_found_and_the_later_claimant_refuses():
         took = wait_problem(b, 'worker id 5 is also claimed by the live server "claims-same-a"')
         print(f"b refused {took + (time.time() - met - took):.1f} s after the claims subscriptions were created")
         wait_problem(a, 'worker id 5 is also claimed by the live server "claims-same-b"')
-        assert "that server stops issuing IDs once it receives this server's claim" in problem(a)
+        assert "that server stops issuing IDs when it reads this server's claim" in problem(a)
         # The reader issues nothing, and says so in its log.
         deadline = time.time() + DETECT_TIMEOUT_S
         while "worker id 5 is claimed by two live servers" not in r.log_text():

@@ -10,7 +10,6 @@ use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::encoding::from_server;
 use crate::pg::role;
 use crate::pg::text::Text;
-use crate::settings;
 use crate::shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -123,7 +122,7 @@ fn call_back() {
 pub(crate) fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
     // SAFETY: the statement Postgres is about to run, unchanged.
     let target = unsafe { needs_free(stmt) };
-    let claims_db = settings::claims_database();
+    let claims_db = shmem::get().and_then(super::database_name);
     let away = target
         .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
         && target.is_some_and(may_act_on)

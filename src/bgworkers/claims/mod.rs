@@ -54,7 +54,9 @@ const NO_WORKER_ID: u32 = u32::MAX;
 /// What the claims say short of a refusal: a collision this server goes on
 /// through, or why claims are not being kept. For `problem`.
 pub fn warning(shm: &Shmem) -> Option<String> {
-    settings::claims_database()?;
+    if !settings::claims_kept() {
+        return None;
+    }
     let text = |t: &SharedText| t.failure().map(|f| f.message);
     // Trouble first: while claims cannot be read, a finding is dated; so
     // it is while the worker is down.
@@ -68,16 +70,21 @@ pub fn warning(shm: &Shmem) -> Option<String> {
         .or_else(|| text(shm.claims.skipped()))
 }
 
-/// Registers the claims worker when a claims database is set. It starts
-/// once recovery has ended: a standby issues no IDs and claims nothing, a
-/// promoted one claims under its new timeline.
+/// The database claims are kept in: the one set, or on a Citus node
+/// without one, the Citus database once the worker is connected to it.
+pub fn database_name(shm: &Shmem) -> Option<String> {
+    settings::claims_database().or_else(|| shm.claims.database().get().filter(|n| !n.is_empty()))
+}
+
+/// Registers the claims worker when claims are kept (`settings::claims_kept`;
+/// never in binary-upgrade mode: pg_upgrade starts both clusters so to read
+/// and write their catalogs, neither issues IDs then, and a claim refreshed
+/// by the old one would reach the upgraded cluster as another live server's
+/// claim on its worker id). It starts once recovery has ended: a standby
+/// issues no IDs and claims nothing, a promoted one claims under its new
+/// timeline.
 pub(super) fn register() {
-    // pg_upgrade starts both clusters in binary-upgrade mode to read and
-    // write their catalogs: neither issues IDs then, and a claim refreshed
-    // by the old one would reach the upgraded cluster as another live
-    // server's claim on its worker id.
-    // SAFETY: a plain read of a flag the postmaster set from its options.
-    if settings::claims_database().is_none() || unsafe { pg_sys::IsBinaryUpgrade } {
+    if !settings::claims_kept() {
         return;
     }
     BackgroundWorkerBuilder::new("snowflake_id claims")
@@ -95,15 +102,30 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     let Some(shm) = enter(Worker::Claims) else {
         return;
     };
-    let Some(db) = settings::claims_database() else {
-        return;
+    let db = match settings::claims_database() {
+        Some(db) => Database::Named(db),
+        // A Citus node without a claims database: the database whose Citus
+        // metadata this node belongs to, once a backend has read it there
+        // (the first ID, or the status, drawn or read there).
+        None => loop {
+            if signals::terminating() {
+                process::exit(1);
+            }
+            if let Some(oid) = shm.claims.offered_database() {
+                break Database::Citus(oid);
+            }
+            sleep_on_latch(100);
+        },
     };
     // Stays if the connection fails (FATAL ends this process; the
     // postmaster starts it again in 5 s), so the status says why.
     shm.claims.trouble().set(
         &Failure::new(
             Class::NotReady,
-            format!("this server's worker-id claim is not kept: the claims worker cannot connect to database \"{db}\" (snowflake_id.claims_database)"),
+            format!(
+                "this server's worker-id claim is not kept: the claims worker cannot connect to {}",
+                db.words()
+            ),
         )
         .to_text(),
     );
@@ -117,7 +139,8 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     // Connecting waits for the database's lock without end (a RENAME of it
     // in an open or prepared transaction holds it): until connected and
     // pinned (lock_timeout), SIGTERM ends the wait, as it ends a backend's.
-    connect(&db);
+    let db = connect(&db);
+    shm.claims.database().set(&db);
     pin_session();
     // From here every wait is bounded by the pinned timeouts, and SIGTERM
     // only asks the loop to end, so that a shutdown's last transaction
@@ -143,6 +166,7 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
             leave_template(shm, f);
         }
         signals::reload_if_asked();
+        follow_group(shm);
         keeper.refresh(shm);
         sleep_on_latch(REFRESH_MS);
     }
@@ -156,12 +180,38 @@ fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
     match (shm.worker.get(), cfg.worker) {
         (Some(w), _) => Some(w),
         (None, config::Worker::CitusGroup { offset }) => {
-            in_transaction(|| citus::read_worker_id(offset, &cfg.layout))
+            in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout))
                 .ok()
                 .and_then(Result::ok)
                 .map(|(w, _)| w)
         }
         (None, config::Worker::Fixed(w)) => Some(w),
+    }
+}
+
+/// On a Citus node, the worker id follows the node's group id while the
+/// server runs: Citus gives a node a new group id when it is added again
+/// (and a promoted clone its own, which it waits for: see
+/// `citus::read_worker_id`). Read at every refresh, so IDs carry the new
+/// group within one refresh of Citus writing it.
+fn follow_group(shm: &Shmem) {
+    let Ok(cfg) = settings::config() else {
+        return;
+    };
+    let config::Worker::CitusGroup { offset } = cfg.worker else {
+        return;
+    };
+    let Some(old) = shm.worker.get() else {
+        return;
+    };
+    let Ok(Ok((new, origin))) = in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout))
+    else {
+        return;
+    };
+    if new != old && shm.worker.follow(old, new) {
+        log!(
+            "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
+        );
     }
 }
 
@@ -214,7 +264,7 @@ fn save_memory(m: &Memory) {
 /// until its claims worker has seen that claim go stale, so a restart does
 /// not open a window for repeats.
 pub fn start(shm: &Shmem) {
-    if settings::claims_database().is_none() {
+    if !settings::claims_kept() {
         return;
     }
     if let Some(c) = read_memory().refused_by {
@@ -246,6 +296,9 @@ struct Keeper {
     trouble_logged_at: i64,
     /// The rows skipped at the last refresh, as told to the log.
     skipped_logged: Vec<String>,
+    /// What the log was last told of this node's place in the coordinator's
+    /// metadata (`None`: nothing wrong).
+    place_logged: Option<String>,
 }
 
 impl Keeper {
@@ -291,6 +344,7 @@ impl Keeper {
             trouble_logged: None,
             trouble_logged_at: 0,
             skipped_logged: Vec::new(),
+            place_logged: None,
         }
     }
 
@@ -376,7 +430,14 @@ impl Keeper {
             .find(|c| c.who == who)
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
-        self.publish(shm, &findings, now);
+        // On a Citus worker, where the coordinator's metadata puts it.
+        let place = worker_id.and_then(|w| {
+            in_transaction(move || citus::membership_problem(w))
+                .ok()
+                .flatten()
+        });
+        self.report_place(&place);
+        self.publish(shm, &findings, place, now);
         // Judged once: where the first ID waited for this (on Citus), the
         // worker id is now this server's to issue with, or refused above.
         if let Some(w) = worker_id {
@@ -408,6 +469,22 @@ impl Keeper {
                 STALE_AFTER_MS / 1000
             );
         }
+    }
+
+    /// What the coordinator's metadata says of this node, told to the log
+    /// when it changes.
+    fn report_place(&mut self, place: &Option<Failure>) {
+        let now = place.as_ref().map(|f| f.message.clone());
+        if now == self.place_logged {
+            return;
+        }
+        match place {
+            Some(f) => error::log(f.clone(), PgLogLevel::WARNING),
+            None => {
+                log!("snowflake_id: the coordinator's metadata lists this node in its group again")
+            }
+        }
+        self.place_logged = now;
     }
 
     /// Rows that cannot be judged are skipped; each is told to the log
@@ -457,14 +534,18 @@ impl Keeper {
         }
     }
 
-    fn publish(&mut self, shm: &Shmem, findings: &[Finding], now: i64) {
-        let refuse = matches!(findings.first(), Some(Finding::Refuse(_)));
-        shm.claims.finding().set(
-            &findings
-                .first()
-                .map(|f| f.failure(now).to_text())
-                .unwrap_or_default(),
-        );
+    fn publish(&mut self, shm: &Shmem, findings: &[Finding], place: Option<Failure>, now: i64) {
+        // The node's place in the cluster refuses (its group given to
+        // another node) before any claim, and is said before them.
+        let place_refuses = place.as_ref().is_some_and(|f| f.class == Class::NotReady);
+        let refuse = place_refuses || matches!(findings.first(), Some(Finding::Refuse(_)));
+        let text = match (place, findings.first()) {
+            (Some(p), _) if place_refuses => p.to_text(),
+            (_, Some(f)) => f.failure(now).to_text(),
+            (Some(p), None) => p.to_text(),
+            (None, None) => String::new(),
+        };
+        shm.claims.finding().set(&text);
         let was = mark::refuse_for_claim(shm, refuse);
         let refused_by = match findings.first() {
             Some(Finding::Refuse(c)) => Some(c.who.clone()),
@@ -530,22 +611,62 @@ fn key_of(f: &Finding) -> FindingKey {
 /// role every cluster has and no database owner can change. A database
 /// whose owner set `ALLOW_CONNECTIONS false` is connected to all the same:
 /// an owner alone cannot turn claims off.
-fn connect(db: &str) {
-    if ["template0", "template1"].contains(&db) {
-        // Before connecting: a connection to a template makes every CREATE
-        // DATABASE fail while it lasts.
-        raise_template(db);
+/// The database the worker keeps claims in, before it is connected.
+enum Database {
+    /// `snowflake_id.claims_database`.
+    Named(String),
+    /// The Citus database a backend offered.
+    Citus(pg_sys::Oid),
+}
+
+impl Database {
+    fn words(&self) -> String {
+        match self {
+            Database::Named(db) => format!("database \"{db}\" (snowflake_id.claims_database)"),
+            Database::Citus(oid) => format!("the Citus database (oid {})", oid.to_u32()),
+        }
     }
-    let name = std::ffi::CString::new(db).unwrap_or_default();
-    // SAFETY: called once, from a registered background worker with
-    // database access, before any transaction.
-    unsafe {
-        pg_sys::BackgroundWorkerInitializeConnection(
-            name.as_ptr(),
-            std::ptr::null(),
-            pg_sys::BGWORKER_BYPASS_ALLOWCONN,
-        )
-    };
+}
+
+/// Connects to the claims database; its name.
+fn connect(db: &Database) -> String {
+    match db {
+        Database::Named(db) => {
+            if ["template0", "template1"].contains(&db.as_str()) {
+                // Before connecting: a connection to a template makes every
+                // CREATE DATABASE fail while it lasts.
+                raise_template(db);
+            }
+            let name = std::ffi::CString::new(db.as_str()).unwrap_or_default();
+            // SAFETY: called once, from a registered background worker
+            // with database access, before any transaction.
+            unsafe {
+                pg_sys::BackgroundWorkerInitializeConnection(
+                    name.as_ptr(),
+                    std::ptr::null(),
+                    pg_sys::BGWORKER_BYPASS_ALLOWCONN,
+                )
+            };
+            db.clone()
+        }
+        Database::Citus(oid) => {
+            // SAFETY: as above.
+            unsafe {
+                pg_sys::BackgroundWorkerInitializeConnectionByOid(
+                    *oid,
+                    pg_sys::InvalidOid,
+                    pg_sys::BGWORKER_BYPASS_ALLOWCONN,
+                )
+            };
+            in_transaction(|| {
+                Spi::get_one::<String>("SELECT pg_catalog.current_database()::pg_catalog.text")
+            })
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .unwrap_or_default()
+        }
+    }
 }
 
 fn template_failure(db: &str) -> Failure {
@@ -587,8 +708,13 @@ fn is_template() -> Option<Failure> {
         &[unsafe { pg_sys::MyDatabaseId }.into()],
     )
     .unwrap_or(None);
-    (template == Some(true))
-        .then(|| template_failure(&settings::claims_database().unwrap_or_default()))
+    (template == Some(true)).then(|| {
+        template_failure(
+            &crate::shmem::get()
+                .and_then(database_name)
+                .unwrap_or_default(),
+        )
+    })
 }
 
 /// The settings every statement of this worker runs under, whatever the

@@ -8,7 +8,6 @@ use crate::pg::clock::now_ms;
 use crate::pg::spi;
 use crate::pg::text::{ident, Text};
 use crate::pg::timeout;
-use crate::settings;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::claims::{Claim, Claimant, Row};
@@ -66,7 +65,9 @@ pub(super) fn write_and_read(
     claimed_at: Option<i64>,
     name: &str,
 ) -> Result<Read, Failure> {
-    let db = settings::claims_database().unwrap_or_default();
+    let db = crate::shmem::get()
+        .and_then(super::database_name)
+        .unwrap_or_default();
     let Some(table) = claims_table() else {
         let installed: Option<bool> = Spi::get_one(
             "SELECT true FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'snowflake_id'",
@@ -77,7 +78,7 @@ pub(super) fn write_and_read(
         } else {
             "snowflake_id is not installed"
         };
-        return Err(Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\" (snowflake_id.claims_database)"))
+        return Err(Failure::new(Class::NotReady, format!("this server's worker-id claim is not kept: {what} in database \"{db}\", where this server keeps it"))
             .hint(format!("Run CREATE EXTENSION snowflake_id (or ALTER EXTENSION snowflake_id UPDATE) in database \"{db}\", or point snowflake_id.claims_database at the database that has it.")));
     };
     if let Some(previous) = previous {

@@ -1,0 +1,302 @@
+"""Every way Citus makes, moves or copies a node, on a real cluster whose
+nodes have the install block of docs/citus.md and nothing more (no
+snowflake_id.claims_database): the worker id follows the group id, a copy
+of a node never issues its origin's IDs, and what Citus's metadata cannot
+stop is seen.
+
+What Citus does was read in its source (13.2.2 and 14.0.1):
+- `citus_add_clone_node` registers a streaming standby of a worker as its
+  clone: a `pg_dist_node` row with `nodeisclone`, `nodeprimarynodeid` = the
+  origin's node id, a new group id of its own, inactive, synced to the nodes
+  with metadata (`metadata/node_metadata.c`, `citus_add_clone_node_with_nodeid`).
+  It checks that the standby streams from the origin by the origin's
+  `pg_stat_replication` (`application_name`, `client_hostname` or
+  `client_addr`: `utils/clonenode_utils.c`, `EnsureValidStreamingReplica`).
+- `citus_promote_clone_and_rebalance` blocks writes to the origin's shards,
+  waits for the clone to catch up, runs `pg_promote()` on it, marks it an
+  active primary and syncs the metadata, which writes its new group id into
+  its `pg_dist_local_group` (`operations/node_promotion.c`;
+  `LocalGroupIdUpdateCommand` in `metadata/metadata_sync.c`), then splits the
+  shards between the two.
+- A secondary (`citus_add_secondary_node`) shares its primary's group id.
+- `citus_add_node(..., groupid => N)` takes the group id it is given
+  (`metadata/node_metadata.c`, `citus_add_node`); a node removed with
+  `citus_remove_node` is not told.
+"""
+
+import threading
+import time
+
+import harness
+import pytest
+from citus_cluster import add, node, start_cluster
+from harness import Server, servers
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with servers() as made:
+        c, (w1, w2) = start_cluster(made, "nodeops")
+        yield c, w1, w2, made
+
+
+def status(s):
+    return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
+
+
+def worker_of(s, ids):
+    return {r[0] for r in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) AS i",
+                                (list(ids),))}
+
+
+def group_of(c, s):
+    return c.one("SELECT groupid FROM pg_dist_node WHERE nodeport = %s AND noderole = 'primary'", (s.port,))
+
+
+def cluster_view(c):
+    """snowflake_cluster_status() by port: (nodeid, groupid, noderole, worker_id, problem)."""
+    return {r[0]: r[1:] for r in c.sql(
+        "SELECT nodeport, nodeid, groupid, noderole, worker_id, problem FROM snowflake_cluster_status()")}
+
+
+def standby_of(made, origin, name):
+    """A streaming standby of `origin` as Citus can take it for a clone or a
+    secondary: its WAL receiver connects over TCP as application_name
+    'localhost', the name Citus looks for in the origin's pg_stat_replication."""
+    def copy(data):
+        harness._as_postgres([
+            f"{harness.PG_BIN}/pg_basebackup", "-d",
+            f"host=localhost port={origin.port} user=postgres application_name=localhost",
+            "-D", data, "-X", "stream", "-c", "fast", "--no-sync", "-R"])
+    # The origin's settings, not the harness's worker id for a lone server.
+    s = Server(name, copy_of=origin, copy_with=copy, conf={"snowflake_id.worker_id": None})
+    made.append(s)
+    s.start()
+    origin.wait_for("SELECT EXISTS (SELECT FROM pg_stat_replication"
+                    " WHERE application_name = 'localhost' AND state = 'streaming')", timeout=60)
+    return s
+
+
+def refusal(s, query="SELECT snowflake_nextval()"):
+    """The SQLSTATE and message `query` fails with on `s`, or None if it works."""
+    try:
+        s.sql(query)
+        return None
+    except Exception as e:  # noqa: BLE001 - the refusal is the point
+        return getattr(e, "pgcode", None), str(e)
+
+
+def wait_refused(s, words, timeout=30):
+    deadline = time.time() + timeout
+    while True:
+        got = refusal(s)
+        if got and got[0] == "55000" and words in got[1]:
+            return got
+        assert time.time() < deadline, f"{s.name} never refused with {words!r}: {got}"
+        time.sleep(0.2)
+
+
+def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_origins(cluster):
+    """Clone promotion under concurrent inserts through the origin and calls on
+    the clone: the clone refuses until Citus has written its new group id, then
+    issues under it; the origin is never refused; no ID repeats."""
+    c, w1, _, made = cluster
+    if c.one("SELECT to_regprocedure('citus_promote_clone_and_rebalance(integer,name,integer)') IS NULL"):
+        pytest.skip("this Citus has no clones (13.2 and later have)")
+    c.sql("CREATE TABLE cloned (k int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (k, id));"
+          "SELECT create_distributed_table('cloned', 'k')")
+    origin_worker = status(w1)[0]
+    clone = standby_of(made, w1, "nodeops-clone")
+    clone_id = c.one("SELECT citus_add_clone_node('localhost', %s, 'localhost', %s)", (clone.port, w1.port))
+    stop = threading.Event()
+    through_origin, origin_errors, on_clone, clone_errors = [], [], [], []
+
+    def insert_through_origin():
+        conn, k = None, 0
+        while not stop.is_set():
+            try:
+                conn = conn or w1.connect()
+                cur = conn.cursor()
+                cur.execute("INSERT INTO cloned (k, src) VALUES (%s, 'origin') RETURNING id", (k,))
+                through_origin.append(cur.fetchone()[0])
+            except Exception as e:  # noqa: BLE001 - what the origin meets is checked below
+                origin_errors.append((getattr(e, "pgcode", None), str(e)))
+                conn = None
+                time.sleep(0.05)
+            k += 1
+
+    def draw_on_clone():
+        conn = None
+        while not stop.is_set():
+            try:
+                conn = conn or clone.connect()
+                cur = conn.cursor()
+                cur.execute("SELECT snowflake_nextval()")
+                on_clone.append(cur.fetchone()[0])
+            except Exception as e:  # noqa: BLE001 - in recovery, then refused: expected
+                clone_errors.append((getattr(e, "pgcode", None), str(e)))
+                conn = None
+                time.sleep(0.02)
+
+    threads = [threading.Thread(target=insert_through_origin), threading.Thread(target=draw_on_clone)]
+    for t in threads:
+        t.start()
+    try:
+        c.sql("SELECT citus_promote_clone_and_rebalance(%s)", (clone_id,))
+        deadline = time.time() + 60
+        while len(on_clone) < 200:
+            assert time.time() < deadline, f"the promoted clone issued no IDs: {clone_errors[-3:]}"
+            time.sleep(0.1)
+        counted = len(through_origin)
+        while len(through_origin) < counted + 50:
+            assert time.time() < deadline, f"the origin stopped inserting: {origin_errors[-3:]}"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    new_group = group_of(c, clone)
+    assert new_group not in (None, origin_worker), new_group
+    # Every ID the clone issued carries its own group, none its origin's.
+    assert worker_of(c, on_clone) == {new_group}
+    # Until Citus wrote the new group, the clone refused, saying why.
+    refused = [m for code, m in clone_errors if code == "55000" and "promoted from a Citus clone" in m]
+    assert all(code in ("25006", "55000", None) for code, _ in clone_errors), clone_errors[:3]
+    # The origin was never refused by snowflake_id (Citus may have held its
+    # writes while it promoted the clone).
+    assert not [e for e in origin_errors if e[0] == "55000"], origin_errors[:3]
+    everything = through_origin + on_clone
+    assert len(everything) == len(set(everything))
+    assert c.one("SELECT count(*) - count(DISTINCT id) FROM cloned") == 0
+    print(f"clone promotion: {len(through_origin)} inserts through the origin, {len(on_clone)} IDs on the clone"
+          f" (group {new_group}), {len(refused)} calls refused until Citus gave it its group")
+    for s in (c, w1, clone):
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30,
+                   what=f"{s.name}: {status(s)}")
+
+
+def test_a_secondary_promoted_beside_its_primary_refuses_and_the_view_says_so(cluster):
+    c, _, w2, made = cluster
+    secondary = standby_of(made, w2, "nodeops-secondary")
+    c.sql("SELECT citus_add_secondary_node('localhost', %s, 'localhost', %s)", (secondary.port, w2.port))
+    try:
+        secondary.wait_for("SELECT count(*) > 0 FROM pg_dist_node WHERE noderole = 'secondary'", timeout=30)
+        # In recovery: the view lists it, with nothing wrong.
+        view = cluster_view(c)
+        assert view[secondary.port][2] == "secondary" and view[secondary.port][4] is None, view[secondary.port]
+        secondary.promote()
+        code, message = wait_refused(secondary, "a Citus secondary of group")
+        assert f"group {group_of(c, w2)}" in message, message
+        # Its primary goes on.
+        w2.sql("SELECT snowflake_nextval()")
+        assert status(w2)[2] is None, status(w2)
+        row = cluster_view(c)[secondary.port]
+        assert "a secondary out of recovery" in row[4] and "promoted out of recovery" in row[4], row
+    finally:
+        c.sql("SELECT citus_remove_node('localhost', %s)", (secondary.port,))
+        secondary.stop()
+
+
+def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(cluster):
+    c, _, _, made = cluster
+    old = node(made, "nodeops-removed")
+    add(c, old)
+    group = group_of(c, old)
+    old.wait_for("SELECT worker_id IS NOT NULL OR problem IS NOT NULL FROM snowflake_id.snowflake_status")
+    assert worker_of(c, [old.one("SELECT snowflake_nextval()")]) == {group}
+    c.sql("CREATE TABLE regrouped (k int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (k, id));"
+          "SELECT create_distributed_table('regrouped', 'k')")
+    c.sql("SELECT citus_remove_node('localhost', %s)", (old.port,))
+    # Removed and still running: said, not refused (its group id is not
+    # anyone else's).
+    old.wait_for("SELECT problem LIKE '%is not in the coordinator''s metadata any more%'"
+                 " FROM snowflake_id.snowflake_status", timeout=30, what=f"{status(old)}")
+    old.sql("SELECT snowflake_nextval()")
+    new = node(made, "nodeops-regrouped")
+    c.sql("SELECT citus_add_node('localhost', %s, groupid => %s)", (new.port, group))
+    try:
+        # Its group id given again by hand: the removed node stops.
+        code, message = wait_refused(old, "gives this node's group")
+        assert f"to node localhost:{new.port}" in message, message
+        stop = threading.Event()
+        errors = []
+
+        def insert(s, tag):
+            conn, k = None, 0
+            while not stop.is_set():
+                try:
+                    conn = conn or s.connect()
+                    conn.cursor().execute("INSERT INTO regrouped (k, src) VALUES (%s, %s)", (k, tag))
+                except Exception as e:  # noqa: BLE001 - the removed node's refusals are the point
+                    errors.append((tag, getattr(e, "pgcode", None)))
+                    conn = None
+                    time.sleep(0.05)
+                k += 1
+
+        threads = [threading.Thread(target=insert, args=(s, tag)) for s, tag in ((old, "old"), (new, "new"))]
+        for t in threads:
+            t.start()
+        deadline = time.time() + 30
+        try:
+            while c.one("SELECT count(*) FROM regrouped WHERE src = 'new'") < 200:
+                assert time.time() < deadline, errors[-3:]
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert c.one("SELECT count(*) FROM regrouped WHERE src = 'old'") == 0
+        assert c.one("SELECT count(*) - count(DISTINCT id) FROM regrouped") == 0
+        assert worker_of(c, [r[0] for r in c.sql("SELECT id FROM regrouped")]) == {group}
+        assert all(code == "55000" for tag, code in errors if tag == "old"), errors[:3]
+    finally:
+        c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
+        old.stop()
+        new.stop()
+
+
+def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
+    c, _, _, made = cluster
+    again = node(made, "nodeops-again")
+    add(c, again)
+    first = group_of(c, again)
+    assert worker_of(c, [again.one("SELECT snowflake_nextval()")]) == {first}
+    c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
+    add(c, again)
+    second = group_of(c, again)
+    assert second != first
+    try:
+        again.wait_for(f"SELECT worker_id = {second} FROM snowflake_id.snowflake_status", timeout=30,
+                       what=f"the worker id stayed: {status(again)}")
+        assert worker_of(c, [again.one("SELECT snowflake_nextval()")]) == {second}
+        c.wait_for(f"SELECT problem IS NULL FROM snowflake_cluster_status() WHERE nodeport = {again.port}",
+                   timeout=30, what=f"{cluster_view(c).get(again.port)}")
+    finally:
+        c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
+        again.stop()
+
+
+def test_the_view_lists_an_unnamed_coordinator_and_a_disabled_node_that_issues(cluster):
+    c, _, _, made = cluster
+    # A coordinator that has not named itself refuses every ID; its view
+    # lists it (it is in no pg_dist_node) and says why.
+    lonely = node(made, "nodeops-lonely")
+    lonely.sql("CREATE EXTENSION snowflake_id")
+    rows = lonely.sql("SELECT nodeid, nodeport, worker_id, problem FROM snowflake_cluster_status()")
+    assert len(rows) == 1 and rows[0][0] is None and rows[0][1] == lonely.port, rows
+    assert "not in its own Citus metadata" in rows[0][3] and "citus_set_coordinator_host" in rows[0][3], rows
+    assert refusal(lonely)[0] == "55000"
+    lonely.stop()
+    # A node disabled in the metadata still issues IDs to whoever connects
+    # to it: the view says so.
+    disabled = node(made, "nodeops-disabled")
+    add(c, disabled)
+    disabled.one("SELECT snowflake_nextval()")
+    c.sql("SELECT citus_disable_node('localhost', %s, synchronous => true)", (disabled.port,))
+    try:
+        row = cluster_view(c)[disabled.port]
+        assert "inactive in Citus's metadata" in row[4], row
+        disabled.sql("SELECT snowflake_nextval()")
+    finally:
+        c.sql("SELECT citus_remove_node('localhost', %s)", (disabled.port,))
+        disabled.stop()
