@@ -19,8 +19,10 @@ Run from this directory:  python check_alembic.py     Ends with "OK".
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import psycopg
 from alembic.autogenerate import produce_migrations, render_python_code
@@ -32,6 +34,19 @@ from models import Base
 HERE = os.path.dirname(os.path.abspath(__file__))
 base_db = os.environ.get("PGDATABASE", "appdb")
 check_db = f"{base_db}_alembic_check"
+# Alembic runs on a private copy of the migrations: autogenerate writes a
+# revision file into the versions directory, and another run of this script
+# at the same moment (the test command runs it against one server per
+# PostgreSQL major, side by side) would take that file for a revision its
+# database lacks ("Target database is not up to date").
+PRIVATE = tempfile.mkdtemp(prefix="alembic-check-")
+shutil.copytree(os.path.join(HERE, "migrations"), os.path.join(PRIVATE, "migrations"),
+                ignore=shutil.ignore_patterns("__pycache__"))
+with open(os.path.join(HERE, "alembic.ini")) as f:
+    ini = f.read()
+assert "script_location = %(here)s/migrations" in ini
+with open(os.path.join(PRIVATE, "alembic.ini"), "w") as f:
+    f.write(ini)
 
 
 def admin(sql):
@@ -42,7 +57,7 @@ def admin(sql):
 def alembic(*args, expect_ok=True):
     env = {**os.environ, "PGDATABASE": check_db}
     p = subprocess.run(
-        [sys.executable, "-m", "alembic", *args], cwd=HERE, env=env,
+        [sys.executable, "-m", "alembic", "-c", os.path.join(PRIVATE, "alembic.ini"), *args], cwd=HERE, env=env,
         capture_output=True, text=True,
     )
     if expect_ok and p.returncode != 0:
@@ -134,6 +149,7 @@ try:
 finally:
     engine.dispose()
     admin(f'DROP DATABASE IF EXISTS "{check_db}"')
+    shutil.rmtree(PRIVATE, ignore_errors=True)
 if failed:
     sys.exit(f"FAILED: autogenerate proposed operations with: {', '.join(failed)}")
 print("OK")
