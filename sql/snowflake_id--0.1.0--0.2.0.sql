@@ -286,14 +286,14 @@ BEGIN
             FROM pg_catalog.pg_dist_node n
             WHERE n.nodecluster = pg_catalog.current_setting('citus.cluster_name')
             UNION ALL
-            -- This node, where the metadata does not list it (a coordinator
-            -- that has not named itself): as Citus's run_command_on_all_nodes
-            -- finds it.
+            -- This node, where the metadata lists no node of its group (a
+            -- coordinator that has not named itself), by the name Citus's
+            -- run_command_on_all_nodes gives it then.
             SELECT NULL, pg_catalog.current_setting('citus.local_hostname'),
                    pg_catalog.current_setting('port')::integer, g.groupid, NULL, true
             FROM pg_catalog.pg_dist_local_group g
             WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_dist_node n
-                              WHERE n.groupid = g.groupid AND n.isactive
+                              WHERE n.groupid = g.groupid
                                 AND n.nodecluster = pg_catalog.current_setting('citus.cluster_name'))
         ), asked_nodes AS (
             SELECT pg_catalog.array_agg(l.nodename) AS names, pg_catalog.array_agg(l.nodeport) AS ports,

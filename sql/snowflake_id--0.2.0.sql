@@ -473,34 +473,6 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:75
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/api/status.rs:170
 -- requires:
 --   snowflake_status
@@ -598,14 +570,14 @@ BEGIN
             FROM pg_catalog.pg_dist_node n
             WHERE n.nodecluster = pg_catalog.current_setting('citus.cluster_name')
             UNION ALL
-            -- This node, where the metadata does not list it (a coordinator
-            -- that has not named itself): as Citus's run_command_on_all_nodes
-            -- finds it.
+            -- This node, where the metadata lists no node of its group (a
+            -- coordinator that has not named itself), by the name Citus's
+            -- run_command_on_all_nodes gives it then.
             SELECT NULL, pg_catalog.current_setting('citus.local_hostname'),
                    pg_catalog.current_setting('port')::integer, g.groupid, NULL, true
             FROM pg_catalog.pg_dist_local_group g
             WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_dist_node n
-                              WHERE n.groupid = g.groupid AND n.isactive
+                              WHERE n.groupid = g.groupid
                                 AND n.nodecluster = pg_catalog.current_setting('citus.cluster_name'))
         ), asked_nodes AS (
             SELECT pg_catalog.array_agg(l.nodename) AS names, pg_catalog.array_agg(l.nodeport) AS ports,
@@ -719,5 +691,33 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:75
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

@@ -8,12 +8,12 @@
 //! caller's search path can stand in.
 
 use crate::catalog;
-use crate::mark;
 use crate::pg::encoding::from_server;
 use crate::pg::error::raise;
 use crate::pg::guc;
 use crate::pg::spi;
 use crate::pg::text::{ident, Text};
+use crate::pg::timeout;
 use crate::shmem::Shmem;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgList};
@@ -37,27 +37,66 @@ fn has_citus(c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<bool> {
 }
 
 /// Offers the caller's database to the claims worker as the one whose
-/// Citus metadata this node belongs to, if it holds Citus's metadata (the
-/// first offer stands until the next start). Whether it does.
+/// Citus metadata this node belongs to, if that metadata lists a node of
+/// this node's group (a Citus database where no cluster was made is not
+/// it); the first offer stands until the next start, or until that
+/// database is dropped. Whether a database is offered now.
 pub fn offer_this_database(shm: &Shmem) -> bool {
-    let citus = spi::ok(Spi::connect(has_citus));
-    if citus {
+    spi::ok(Spi::connect(|c| {
+        if has_citus(c)? {
+            offer_if_member(shm, c)?;
+        }
+        Ok(shm.claims.offered_database().is_some())
+    }))
+}
+
+/// See `offer_this_database`; the caller's database holds Citus's metadata.
+fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<()> {
+    if shm.claims.offered_database().is_some() {
+        return Ok(());
+    }
+    let member = c
+        .select(
+            "SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_node n, pg_catalog.pg_dist_local_group g \
+                            WHERE n.groupid OPERATOR(pg_catalog.=) g.groupid)",
+            None,
+            &[],
+        )?
+        .first()
+        .get_one::<bool>()?;
+    if member == Some(true) {
         // SAFETY: set once the backend is connected, never changed.
         shm.claims.offer_database(unsafe { pg_sys::MyDatabaseId });
     }
-    citus
+    Ok(())
 }
 
-/// This node's group id, whether its metadata lists a coordinator, and
-/// whether it is a clone promoted but not yet given its own group; `None`
-/// where the database has no Citus.
-fn this_node(shm: &Shmem) -> Option<CitusNode> {
+/// How `this_node` learns whether this server is a promoted copy of another
+/// node of its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// By asking the listed addresses, bounded, and publishing what it
+    /// found: the claims worker, in a transaction of its own.
+    Nodes,
+    /// From what the claims worker found last: a backend, which never waits
+    /// on the network (its first ID waits for the worker's first judging).
+    Worker,
+}
+
+/// What `ClaimsState::promoted` holds.
+const PROMOTED_NONE: u8 = 1;
+const PROMOTED_CLONE: u8 = 2;
+const PROMOTED_SECONDARY: u8 = 3;
+
+/// This node's group id, whether its metadata lists a coordinator, and,
+/// while its worker id is not settled, whether it is a promoted copy of
+/// another node of its group; `None` where the database has no Citus.
+fn this_node(shm: &Shmem, ask: Ask) -> Option<CitusNode> {
     spi::ok(Spi::connect(|c| {
         if !has_citus(c)? {
             return Ok(None);
         }
-        // SAFETY: set once the backend is connected, never changed.
-        shm.claims.offer_database(unsafe { pg_sys::MyDatabaseId });
+        offer_if_member(shm, c)?;
         let row = c
             .select(
                 "SELECT (SELECT groupid::pg_catalog.int8 FROM pg_catalog.pg_dist_local_group LIMIT 1), \
@@ -78,11 +117,12 @@ fn this_node(shm: &Shmem) -> Option<CitusNode> {
         let Some(group_id) = group_id else {
             return Ok(None);
         };
-        // Only a server that ran as a standby since its start can be a
-        // promoted copy of another node; the node it copies, which lists the
-        // same rows, never was.
-        let promoted = if mark::start::started_as_copy(shm) {
-            promoted_as(c, group_id, clones)?
+        // Asked before every settling (each start's, and after a crash's
+        // reset), whatever the server was at its start: a copy promoted and
+        // then restarted no longer has the recovery files that said so.
+        // Once the id is settled, nothing asks again.
+        let promoted = if shm.worker.get().is_none() {
+            promoted_as(shm, c, group_id, clones, ask)?
         } else {
             None
         };
@@ -94,16 +134,19 @@ fn this_node(shm: &Shmem) -> Option<CitusNode> {
     }))
 }
 
-/// What this server, a promoted standby of group `group_id`, is listed as
-/// in its metadata, if it is one of the group's clones (Citus 13.2+:
-/// `clones`) or secondaries: each such row is asked over Citus's own
-/// connection whether it is this server (its start time and port). Ports and host names cannot tell: nodes on other hosts often
-/// listen on the same port, and a node does not know the name it was added
-/// under. A row that does not answer (within 2 s) is not this server.
+/// What this server is listed as in its metadata, if it is one of its
+/// group's clones (Citus 13.2+: `clones`) or secondaries: each such row is
+/// asked over Citus's own connection whether it is this server (its start
+/// time and port), all within 3 s. Ports and host names cannot tell: nodes
+/// on other hosts often listen on the same port, and a node does not know
+/// the name it was added under. A row that does not answer is not this
+/// server (a secondary that is down must not stop its primary).
 fn promoted_as(
+    shm: &Shmem,
     c: &pgrx::spi::SpiClient<'_>,
     group_id: i64,
     clones: bool,
+    ask: Ask,
 ) -> pgrx::spi::SpiResult<Option<Promoted>> {
     let query = format!(
         "SELECT s.nodename::pg_catalog.text, s.nodeport, false FROM pg_catalog.pg_dist_node s \
@@ -127,51 +170,73 @@ fn promoted_as(
             ))
         })
         .collect();
-    if candidates.is_empty() {
-        return Ok(None);
+    let found = if candidates.is_empty() {
+        PROMOTED_NONE
+    } else if ask == Ask::Worker {
+        shm.claims.promoted()
+    } else {
+        // Who this server is, and the same asked of each row: its start to
+        // the microsecond and its port, which any role may read, in words
+        // that read alike on every server (no date or float formats).
+        const WHO: &str = "SELECT (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) \
+                            OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text \
+                           OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) pg_catalog.current_setting('port')";
+        // Connecting within 2 s each, and everything within 3 s: a node that
+        // accepts the connection and then goes silent ends the transaction.
+        timeout::within(
+            3_000,
+            std::panic::AssertUnwindSafe(|| {
+                guc::with(c"citus.node_connection_timeout", c"2000", || {
+                    let me = c.select(WHO, None, &[])?.first().get_one::<Text>()?;
+                    for (host, port, clone) in candidates {
+                        let answer = c
+                        .select(
+                            "SELECT CASE WHEN r.success THEN r.result END \
+                             FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
+                                  ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
+                            None,
+                            &[Text(host).into(), port.into(), Text(WHO.to_string()).into()],
+                        )?
+                        .first()
+                        .get_one::<Text>()?;
+                        if answer.is_some() && answer == me {
+                            return Ok(if clone {
+                                PROMOTED_CLONE
+                            } else {
+                                PROMOTED_SECONDARY
+                            });
+                        }
+                    }
+                    Ok::<u8, pgrx::spi::SpiError>(PROMOTED_NONE)
+                })
+            }),
+        )?
+    };
+    if ask == Ask::Nodes {
+        shm.claims.set_promoted(found);
     }
-    // Who this server is, and the same asked of each row: its start to the
-    // microsecond and its port, which any role may read, in words that read
-    // alike on every server (no date or float formats).
-    const WHO: &str = "SELECT (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) \
-                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text \
-                       OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) pg_catalog.current_setting('port')";
-    // The connection timeout set for the asks alone.
-    guc::with(c"citus.node_connection_timeout", c"2000", || {
-        let me = c.select(WHO, None, &[])?.first().get_one::<Text>()?;
-        for (host, port, clone) in candidates {
-            let answer = c
-                .select(
-                    "SELECT CASE WHEN r.success THEN r.result END \
-                     FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
-                          ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
-                    None,
-                    &[Text(host).into(), port.into(), Text(WHO.to_string()).into()],
-                )?
-                .first()
-                .get_one::<Text>()?;
-            if answer.is_some() && answer == me {
-                return Ok(Some(if clone {
-                    Promoted::Clone
-                } else {
-                    Promoted::Secondary
-                }));
-            }
-        }
-        Ok(None)
+    Ok(match found {
+        PROMOTED_CLONE => Some(Promoted::Clone),
+        PROMOTED_SECONDARY => Some(Promoted::Secondary),
+        _ => None,
     })
 }
 
 /// This server's worker id as the Citus metadata of the caller's database
 /// gives it, with its origin in words, or why it cannot yet.
-pub fn read_worker_id(shm: &Shmem, offset: i32, layout: &Layout) -> Result<(u32, String), Failure> {
-    from_citus_group(this_node(shm), offset, layout)
+pub fn read_worker_id(
+    shm: &Shmem,
+    offset: i32,
+    layout: &Layout,
+    ask: Ask,
+) -> Result<(u32, String), Failure> {
+    from_citus_group(this_node(shm, ask), offset, layout)
 }
 
 /// Settles this server's worker id from the Citus metadata of the caller's
 /// database, or says why it cannot yet.
 pub fn settle(shm: &Shmem, offset: i32, layout: &Layout) -> Result<u32, Failure> {
-    let (worker, origin) = read_worker_id(shm, offset, layout)?;
+    let (worker, origin) = read_worker_id(shm, offset, layout, Ask::Worker)?;
     match shm.worker.settle(worker) {
         Ok(()) => {
             log!("snowflake_id: worker id {worker}, from {origin}");
@@ -260,6 +325,10 @@ pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
             let Some(generator) = generator_called(expr, &generators) else {
                 continue;
             };
+            // The lock the ALTER takes anyway, taken before the table is
+            // read: two such ALTERs at once queue, where a read lock
+            // upgraded later would deadlock them.
+            pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
             let Some((table, key)) = filled(relid) else {
                 return;
             };
@@ -466,19 +535,20 @@ fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
 
 /// On a worker, what the coordinator's metadata says of this node (see
 /// `snowflake_id_core::citus::membership`), asked over Citus's own
-/// connection; `None` on the coordinator, where the database has no Citus,
-/// and where the coordinator cannot be asked (the claims read says so).
-pub fn membership_problem(worker: u32) -> Option<Failure> {
+/// connection within 3 s: `Some(None)` where nothing is wrong (and on the
+/// coordinator, or where the database has no Citus), `None` where the
+/// coordinator could not be asked.
+pub fn membership_problem(worker: u32) -> Option<Option<Failure>> {
     spi::ok(Spi::connect(|c| {
         if !has_citus(c)? {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let row = c
             .select(
-                "SELECT g.groupid::pg_catalog.int8, me.nodename::pg_catalog.text, me.nodeport, \
+                "SELECT g.groupid::pg_catalog.int8, me.nodeid, me.nodename::pg_catalog.text, me.nodeport, \
                         co.nodename::pg_catalog.text, co.nodeport \
                  FROM (SELECT groupid FROM pg_catalog.pg_dist_local_group LIMIT 1) g \
-                 LEFT JOIN LATERAL (SELECT n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n \
+                 LEFT JOIN LATERAL (SELECT n.nodeid, n.nodename, n.nodeport FROM pg_catalog.pg_dist_node n \
                       WHERE n.groupid OPERATOR(pg_catalog.=) g.groupid \
                         AND n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole \
                       ORDER BY n.nodeid LIMIT 1) me ON true \
@@ -490,62 +560,74 @@ pub fn membership_problem(worker: u32) -> Option<Failure> {
                 &[],
             )?
             .first();
-        let (Some(group), Some(host), Some(port), Some(co_host), Some(co_port)) = (
+        let (Some(group), Some(nodeid), Some(host), Some(port), Some(co_host), Some(co_port)) = (
             row.get::<i64>(1)?,
-            row.get::<Text>(2)?,
-            row.get::<i32>(3)?,
-            row.get::<Text>(4)?,
-            row.get::<i32>(5)?,
+            row.get::<i32>(2)?,
+            row.get::<Text>(3)?,
+            row.get::<i32>(4)?,
+            row.get::<Text>(5)?,
+            row.get::<i32>(6)?,
         ) else {
-            return Ok(None);
+            return Ok(Some(None));
         };
         if group == 0 {
-            return Ok(None);
+            return Ok(Some(None));
         }
-        const LIST: &str = "SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.nodename, n.nodeport, n.groupid, \
-                            n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole)) \
+        const LIST: &str = "SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.nodeid, n.nodename, n.nodeport, \
+                            n.groupid, n.noderole OPERATOR(pg_catalog.=) 'primary'::pg_catalog.noderole)) \
                             FROM pg_catalog.pg_dist_node n";
-        let answer = guc::with(c"citus.node_connection_timeout", c"2000", || {
-            c.select(
-                "SELECT CASE WHEN r.success THEN r.result END \
-                 FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
-                      ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
-                None,
-                &[
-                    co_host.into(),
-                    co_port.into(),
-                    Text(LIST.to_string()).into(),
-                ],
-            )?
-            .first()
-            .get_one::<Text>()
-        })?;
+        // Connecting within 2 s, and everything within 3 s: a coordinator
+        // that accepts the connection and then goes silent ends the
+        // transaction.
+        let answer = timeout::within(
+            3_000,
+            std::panic::AssertUnwindSafe(|| {
+                guc::with(c"citus.node_connection_timeout", c"2000", || {
+                    c.select(
+                        "SELECT CASE WHEN r.success THEN r.result END \
+                         FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
+                              ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
+                        None,
+                        &[
+                            co_host.into(),
+                            co_port.into(),
+                            Text(LIST.to_string()).into(),
+                        ],
+                    )?
+                    .first()
+                    .get_one::<Text>()
+                })
+            }),
+        )?;
         let Some(answer) = answer.filter(|a| !a.0.is_empty()) else {
             return Ok(None);
         };
         let listed: Vec<Listed> = c
             .select(
-                "SELECT e OPERATOR(pg_catalog.->>) 0, (e OPERATOR(pg_catalog.->>) 1)::pg_catalog.int4, \
-                        (e OPERATOR(pg_catalog.->>) 2)::pg_catalog.int8, (e OPERATOR(pg_catalog.->>) 3)::pg_catalog.bool \
+                "SELECT (e OPERATOR(pg_catalog.->>) 0)::pg_catalog.int4, e OPERATOR(pg_catalog.->>) 1, \
+                        (e OPERATOR(pg_catalog.->>) 2)::pg_catalog.int4, \
+                        (e OPERATOR(pg_catalog.->>) 3)::pg_catalog.int8, (e OPERATOR(pg_catalog.->>) 4)::pg_catalog.bool \
                  FROM pg_catalog.json_array_elements($1::pg_catalog.json) e",
                 None,
                 &[answer.into()],
             )?
             .filter_map(|r| {
                 Some(Listed {
-                    host: r.get::<Text>(1).ok()??.0,
-                    port: r.get::<i32>(2).ok()??,
-                    group: r.get::<i64>(3).ok()??,
-                    primary: r.get::<bool>(4).ok()??,
+                    nodeid: r.get::<i32>(1).ok()??,
+                    host: r.get::<Text>(2).ok()??.0,
+                    port: r.get::<i32>(3).ok()??,
+                    group: r.get::<i64>(4).ok()??,
+                    primary: r.get::<bool>(5).ok()??,
                 })
             })
             .collect();
         let me = Listed {
+            nodeid,
             host: host.0,
             port,
             group,
             primary: true,
         };
-        Ok(membership(&me, &listed, worker))
+        Ok(Some(membership(&me, &listed, worker)))
     }))
 }

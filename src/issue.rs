@@ -116,7 +116,9 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
     let worker = match (shm.worker.get(), cfg.worker) {
         (Some(w), _) => w,
         (None, _) if settle => unsettled(shm, cfg)?,
-        (None, Worker::CitusGroup { offset }) => citus::read_worker_id(shm, offset, &cfg.layout)?.0,
+        (None, Worker::CitusGroup { offset }) => {
+            citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Worker)?.0
+        }
         (None, Worker::Fixed(w)) => w,
     };
     Ok((cfg, worker))

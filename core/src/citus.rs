@@ -61,6 +61,9 @@ pub fn copied_table_add_column(
 /// A node as a Citus node's metadata (`pg_dist_node`) lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
+    /// `nodeid`: kept by `citus_update_node` (a new host or port), new for
+    /// every node added.
+    pub nodeid: i32,
     pub host: String,
     pub port: i32,
     pub group: i64,
@@ -74,7 +77,7 @@ impl Listed {
     }
 
     fn same_node(&self, other: &Listed) -> bool {
-        self.host == other.host && self.port == other.port
+        self.nodeid == other.nodeid
     }
 }
 
@@ -210,23 +213,30 @@ mod tests {
 
     #[test]
     fn a_workers_place_in_the_coordinators_metadata_is_judged() {
-        let node = |host: &str, port, group, primary| Listed {
+        let node = |nodeid, host: &str, port, group, primary| Listed {
+            nodeid,
             host: host.into(),
             port,
             group,
             primary,
         };
-        let me = node("w3", 5432, 3, true);
+        let me = node(4, "w3", 5432, 3, true);
         let coordinator = [
-            node("c", 5432, 0, true),
-            node("w3", 5432, 3, true),
-            node("w3b", 5432, 3, false),
+            node(1, "c", 5432, 0, true),
+            node(4, "w3", 5432, 3, true),
+            node(5, "w3b", 5432, 3, false),
         ];
         assert_eq!(membership(&me, &coordinator, 3), None);
+        // Moved by citus_update_node, the move not synced to it yet: the
+        // same node.
+        assert_eq!(
+            membership(&me, &[node(4, "w3-new", 6432, 3, true)], 3),
+            None
+        );
         // Its group given to another node by hand: refused.
         let f = membership(
             &me,
-            &[node("c", 5432, 0, true), node("w4", 5433, 3, true)],
+            &[node(1, "c", 5432, 0, true), node(9, "w4", 5433, 3, true)],
             3,
         )
         .unwrap();
@@ -238,7 +248,7 @@ mod tests {
             f.message
         );
         // Removed, its group free: said, not refused.
-        let f = membership(&me, &[node("c", 5432, 0, true)], 3).unwrap();
+        let f = membership(&me, &[node(1, "c", 5432, 0, true)], 3).unwrap();
         assert_eq!(f.class, Class::Warning);
         assert!(
             f.message
@@ -247,8 +257,8 @@ mod tests {
             f.message
         );
         assert!(f.hint.unwrap().contains("groupid => 3"));
-        // Added again, the new group not synced yet: said.
-        let f = membership(&me, &[node("w3", 5432, 7, true)], 3).unwrap();
+        // Its metadata not synced with the coordinator's yet: said.
+        let f = membership(&me, &[node(4, "w3", 5432, 7, true)], 3).unwrap();
         assert_eq!(f.class, Class::Warning);
         assert!(
             f.message.contains("gives this node (w3:5432) group 7"),
@@ -257,7 +267,11 @@ mod tests {
         );
         // A secondary of its group elsewhere is no owner.
         assert_eq!(
-            membership(&me, &[node("w3", 5432, 3, true), node("x", 1, 3, false)], 3),
+            membership(
+                &me,
+                &[node(4, "w3", 5432, 3, true), node(6, "x", 1, 3, false)],
+                3
+            ),
             None
         );
     }

@@ -4,7 +4,7 @@
 
 use super::pid::Pid;
 use snowflake_id_core::shared_text::SharedText;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// What the claims worker publishes.
 #[repr(C, align(64))]
@@ -32,6 +32,10 @@ pub struct ClaimsState {
     offered_database: AtomicU32,
     /// The name of the database the worker keeps claims in, once connected.
     database: SharedText,
+    /// What the claims worker found this server listed as, while its worker
+    /// id is not settled (see `citus::promoted_as`): 0 not asked yet, 1
+    /// nothing, 2 its group's clone, 3 its group's secondary.
+    promoted: AtomicU8,
 }
 
 impl ClaimsState {
@@ -48,7 +52,25 @@ impl ClaimsState {
             template_until_ms: AtomicI64::new(0),
             offered_database: AtomicU32::new(0),
             database: SharedText::new(),
+            promoted: AtomicU8::new(0),
         }
+    }
+
+    /// Forgets the Citus database offered (it was dropped): the next
+    /// backend to read Citus's metadata offers one again.
+    pub fn forget_database(&self) {
+        self.offered_database.store(0, Ordering::SeqCst);
+        self.database.set("");
+    }
+
+    /// What the claims worker last found this server listed as (see
+    /// `promoted`), 0 if it has not asked.
+    pub fn promoted(&self) -> u8 {
+        self.promoted.load(Ordering::SeqCst)
+    }
+
+    pub fn set_promoted(&self, found: u8) {
+        self.promoted.store(found, Ordering::SeqCst);
     }
 
     /// Offers `oid` as the Citus database; the first offer stands.

@@ -130,5 +130,19 @@ pub(crate) fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::U
     if !away {
         return run();
     }
-    PgTryBuilder::new(run).finally(call_back).execute()
+    // SAFETY: the node's tag, as above.
+    let drops = unsafe { pgrx::is_a(stmt, pg_sys::NodeTag::T_DropdbStmt) };
+    PgTryBuilder::new(move || {
+        run();
+        // The Citus database offered to the worker, dropped: the next
+        // backend to read Citus's metadata offers one again, instead of
+        // the worker failing to connect to what is gone until a restart.
+        if drops {
+            if let Some(shm) = shmem::get() {
+                shm.claims.forget_database();
+            }
+        }
+    })
+    .finally(call_back)
+    .execute()
 }

@@ -180,7 +180,7 @@ fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
     match (shm.worker.get(), cfg.worker) {
         (Some(w), _) => Some(w),
         (None, config::Worker::CitusGroup { offset }) => {
-            in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout))
+            in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes))
                 .ok()
                 .and_then(Result::ok)
                 .map(|(w, _)| w)
@@ -204,11 +204,27 @@ fn follow_group(shm: &Shmem) {
     let Some(old) = shm.worker.get() else {
         return;
     };
-    let Ok(Ok((new, origin))) = in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout))
+    let Ok(Ok((new, origin))) =
+        in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes))
     else {
         return;
     };
-    if new != old && shm.worker.follow(old, new) {
+    if new == old {
+        return;
+    }
+    // Refused from before the move until the refresh that follows has
+    // judged the other nodes' claims on the new id (it lifts the refusal
+    // when none collides): a group id given by hand, or metadata edited,
+    // must not issue a row under an id another node holds.
+    shm.claims.finding().set(
+        &Failure::new(
+            Class::NotReady,
+            format!("this node's worker id moves from {old} to {new} ({origin}): the other nodes' claims on it are being read"),
+        )
+        .to_text(),
+    );
+    mark::refuse_for_claim(shm, true);
+    if shm.worker.follow(old, new) {
         log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
@@ -296,8 +312,9 @@ struct Keeper {
     trouble_logged_at: i64,
     /// The rows skipped at the last refresh, as told to the log.
     skipped_logged: Vec<String>,
-    /// What the log was last told of this node's place in the coordinator's
-    /// metadata (`None`: nothing wrong).
+    /// What the coordinator's metadata last said of this node's place in
+    /// the cluster (`None`: nothing wrong), and what the log was last told.
+    place: Option<Failure>,
     place_logged: Option<String>,
 }
 
@@ -344,6 +361,7 @@ impl Keeper {
             trouble_logged: None,
             trouble_logged_at: 0,
             skipped_logged: Vec::new(),
+            place: None,
             place_logged: None,
         }
     }
@@ -430,14 +448,19 @@ impl Keeper {
             .find(|c| c.who == who)
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
-        // On a Citus worker, where the coordinator's metadata puts it.
-        let place = worker_id.and_then(|w| {
-            in_transaction(move || citus::membership_problem(w))
-                .ok()
-                .flatten()
-        });
-        self.report_place(&place);
-        self.publish(shm, &findings, place, now);
+        // On a Citus worker, where the coordinator's metadata puts it. A
+        // coordinator out of reach changes nothing: a refusal stands (a
+        // removed node is often cut off from its old cluster).
+        match worker_id {
+            Some(w) => {
+                if let Ok(Some(verdict)) = in_transaction(move || citus::membership_problem(w)) {
+                    self.place = verdict;
+                }
+            }
+            None => self.place = None,
+        }
+        self.report_place();
+        self.publish(shm, &findings, self.place.clone(), now);
         // Judged once: where the first ID waited for this (on Citus), the
         // worker id is now this server's to issue with, or refused above.
         if let Some(w) = worker_id {
@@ -473,12 +496,12 @@ impl Keeper {
 
     /// What the coordinator's metadata says of this node, told to the log
     /// when it changes.
-    fn report_place(&mut self, place: &Option<Failure>) {
-        let now = place.as_ref().map(|f| f.message.clone());
+    fn report_place(&mut self) {
+        let now = self.place.as_ref().map(|f| f.message.clone());
         if now == self.place_logged {
             return;
         }
-        match place {
+        match &self.place {
             Some(f) => error::log(f.clone(), PgLogLevel::WARNING),
             None => {
                 log!("snowflake_id: the coordinator's metadata lists this node in its group again")
