@@ -473,6 +473,34 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:75
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/status.rs:170
 -- requires:
 --   snowflake_status
@@ -623,7 +651,9 @@ BEGIN
             layout := j->>'layout';
             epoch := (j->>'epoch')::timestamptz;
             offset_n := COALESCE(NULLIF(j->>'offset', '')::int, 0);
-            issues := worker_id IS NOT NULL AND j->>'problem' IS NULL AND NOT COALESCE(in_recovery, false);
+            -- It has a worker id and is no standby: it issues, or would but
+            -- for the problem it states.
+            issues := worker_id IS NOT NULL AND NOT COALESCE(in_recovery, false);
             -- Against the middle of the time the question took.
             clock_offset := (j->>'now')::timestamptz - (asked + (answered - asked) / 2);
             IF in_recovery THEN
@@ -641,7 +671,7 @@ BEGIN
             END IF;
             IF NOT (r.a->>'isactive')::boolean AND issues THEN
                 problems := problems || pg_catalog.format(
-                    'inactive in Citus''s metadata (citus_disable_node), yet it issues IDs under worker id %s to the sessions connected to it: nothing routes to it, nothing stops them either',
+                    'inactive in Citus''s metadata (citus_disable_node), yet it answers, and issues IDs under worker id %s to the sessions connected to it: nothing routes to it, nothing stops them either',
                     worker_id);
             END IF;
             IF issues AND worker_id_source LIKE 'Citus group id%' AND worker_id <> groupid + offset_n THEN
@@ -691,33 +721,5 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/admin.rs:75
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 

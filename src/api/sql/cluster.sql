@@ -144,7 +144,9 @@ BEGIN
             layout := j->>'layout';
             epoch := (j->>'epoch')::timestamptz;
             offset_n := COALESCE(NULLIF(j->>'offset', '')::int, 0);
-            issues := worker_id IS NOT NULL AND j->>'problem' IS NULL AND NOT COALESCE(in_recovery, false);
+            -- It has a worker id and is no standby: it issues, or would but
+            -- for the problem it states.
+            issues := worker_id IS NOT NULL AND NOT COALESCE(in_recovery, false);
             -- Against the middle of the time the question took.
             clock_offset := (j->>'now')::timestamptz - (asked + (answered - asked) / 2);
             IF in_recovery THEN
@@ -162,7 +164,7 @@ BEGIN
             END IF;
             IF NOT (r.a->>'isactive')::boolean AND issues THEN
                 problems := problems || pg_catalog.format(
-                    'inactive in Citus''s metadata (citus_disable_node), yet it issues IDs under worker id %s to the sessions connected to it: nothing routes to it, nothing stops them either',
+                    'inactive in Citus''s metadata (citus_disable_node), yet it answers, and issues IDs under worker id %s to the sessions connected to it: nothing routes to it, nothing stops them either',
                     worker_id);
             END IF;
             IF issues AND worker_id_source LIKE 'Citus group id%' AND worker_id <> groupid + offset_n THEN
