@@ -136,11 +136,11 @@ fn this_node(shm: &Shmem, ask: Ask) -> Option<CitusNode> {
 
 /// What this server is listed as in its metadata, if it is one of its
 /// group's clones (Citus 13.2+: `clones`) or secondaries: each such row is
-/// asked over Citus's own connection whether it is this server (its start
-/// time and port), all within 3 s. Ports and host names cannot tell: nodes
-/// on other hosts often listen on the same port, and a node does not know
-/// the name it was added under. A row that does not answer is not this
-/// server (a secondary that is down must not stop its primary).
+/// asked whether it is this server (`ask_rows`). Ports and host names
+/// cannot tell: nodes on other hosts often listen on the same port, and a
+/// node does not know the name it was added under. A row that does not
+/// answer is not this server (a secondary that is down must not stop its
+/// primary).
 fn promoted_as(
     shm: &Shmem,
     c: &pgrx::spi::SpiClient<'_>,
@@ -170,47 +170,28 @@ fn promoted_as(
             ))
         })
         .collect();
-    let found = if candidates.is_empty() {
-        PROMOTED_NONE
-    } else if ask == Ask::Worker {
+    // A backend takes the claims worker's answer; where the worker has none
+    // (it has not asked yet, or keeps its claims in another database, with
+    // no Citus to read), the backend asks the rows itself, as the worker
+    // does, bounded by its own statement_timeout.
+    let known = if ask == Ask::Worker {
         shm.claims.promoted()
     } else {
-        // Who this server is, and the same asked of each row: its start to
-        // the microsecond and its port, which any role may read, in words
-        // that read alike on every server (no date or float formats).
-        const WHO: &str = "SELECT (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) \
-                            OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text \
-                           OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) pg_catalog.current_setting('port')";
-        // Connecting within 2 s each, and everything within 3 s: a node that
-        // accepts the connection and then goes silent ends the transaction.
+        0
+    };
+    let found = if candidates.is_empty() {
+        PROMOTED_NONE
+    } else if known != 0 {
+        known
+    } else if ask == Ask::Nodes {
+        // Everything within 3 s: a node that accepts the connection and
+        // then goes silent ends the worker's transaction, not the worker.
         timeout::within(
             3_000,
-            std::panic::AssertUnwindSafe(|| {
-                guc::with(c"citus.node_connection_timeout", c"2000", || {
-                    let me = c.select(WHO, None, &[])?.first().get_one::<Text>()?;
-                    for (host, port, clone) in candidates {
-                        let answer = c
-                        .select(
-                            "SELECT CASE WHEN r.success THEN r.result END \
-                             FROM pg_catalog.master_run_on_worker(ARRAY[$1]::pg_catalog.text[], \
-                                  ARRAY[$2]::pg_catalog.int4[], ARRAY[$3]::pg_catalog.text[], false) r",
-                            None,
-                            &[Text(host).into(), port.into(), Text(WHO.to_string()).into()],
-                        )?
-                        .first()
-                        .get_one::<Text>()?;
-                        if answer.is_some() && answer == me {
-                            return Ok(if clone {
-                                PROMOTED_CLONE
-                            } else {
-                                PROMOTED_SECONDARY
-                            });
-                        }
-                    }
-                    Ok::<u8, pgrx::spi::SpiError>(PROMOTED_NONE)
-                })
-            }),
+            std::panic::AssertUnwindSafe(|| ask_rows(c, &candidates)),
         )?
+    } else {
+        ask_rows(c, &candidates)?
     };
     if ask == Ask::Nodes {
         shm.claims.set_promoted(found);
@@ -219,6 +200,56 @@ fn promoted_as(
         PROMOTED_CLONE => Some(Promoted::Clone),
         PROMOTED_SECONDARY => Some(Promoted::Secondary),
         _ => None,
+    })
+}
+
+/// Asks each listed row, all at once (each connection within 2 s, over
+/// Citus's own connections), whether it is this server: its start to the
+/// microsecond and its port, which any role may read, in words that read
+/// alike on every server (no date or float formats). A row that does not
+/// answer is not this server.
+fn ask_rows(
+    c: &pgrx::spi::SpiClient<'_>,
+    candidates: &[(String, i32, bool)],
+) -> pgrx::spi::SpiResult<u8> {
+    const WHO: &str = "SELECT (pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time()) \
+                        OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8::pg_catalog.text \
+                       OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) pg_catalog.current_setting('port')";
+    guc::with(c"citus.node_connection_timeout", c"2000", || {
+        let me = c.select(WHO, None, &[])?.first().get_one::<Text>()?;
+        let hosts: Vec<Text> = candidates.iter().map(|(h, _, _)| Text(h.clone())).collect();
+        let ports: Vec<i32> = candidates.iter().map(|(_, p, _)| *p).collect();
+        let questions: Vec<Text> = candidates.iter().map(|_| Text(WHO.to_string())).collect();
+        let answers = c.select(
+            "SELECT r.node_name::pg_catalog.text, r.node_port, CASE WHEN r.success THEN r.result END \
+             FROM pg_catalog.master_run_on_worker($1::pg_catalog.text[], $2::pg_catalog.int4[], \
+                  $3::pg_catalog.text[], true) r",
+            None,
+            &[hosts.into(), ports.into(), questions.into()],
+        )?;
+        let mut found = PROMOTED_NONE;
+        for r in answers {
+            let (Some(host), Some(port), answer) =
+                (r.get::<Text>(1)?, r.get::<i32>(2)?, r.get::<Text>(3)?)
+            else {
+                continue;
+            };
+            if answer.is_none() || answer != me {
+                continue;
+            }
+            if let Some((_, _, clone)) = candidates
+                .iter()
+                .find(|(h, p, _)| *h == host.0 && *p == port)
+            {
+                found = if *clone {
+                    PROMOTED_CLONE
+                } else {
+                    PROMOTED_SECONDARY
+                };
+                break;
+            }
+        }
+        Ok(found)
     })
 }
 
@@ -325,10 +356,6 @@ pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
             let Some(generator) = generator_called(expr, &generators) else {
                 continue;
             };
-            // The lock the ALTER takes anyway, taken before the table is
-            // read: two such ALTERs at once queue, where a read lock
-            // upgraded later would deadlock them.
-            pg_sys::LockRelationOid(relid, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE);
             let Some((table, key)) = filled(relid) else {
                 return;
             };
