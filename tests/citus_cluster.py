@@ -55,3 +55,14 @@ def start_cluster(made, prefix, workers=2, **conf):
     for s in (c, *ws):
         s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
     return c, ws
+
+
+def status(s):
+    """A node's (worker_id, worker_id_source, problem)."""
+    return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
+
+
+def workers_of(s, ids):
+    """The worker ids the IDs carry."""
+    return {r[0] for r in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) AS i",
+                                (list(ids),))}

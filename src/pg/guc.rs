@@ -45,8 +45,9 @@ pub fn pin(name: &str, value: &str) {
 }
 
 /// Runs `f` with setting `name` at `value`, as a function's `SET` clause
-/// does: on a settings level of its own, put back afterwards (an error
-/// puts it back with the transaction it aborts).
+/// does: on a settings level of its own, on which every setting changed
+/// meanwhile (even with a plain SET) is put back afterwards (an error puts
+/// it back with the (sub)transaction it aborts).
 pub fn with<R>(name: &CStr, value: &CStr, f: impl FnOnce() -> R) -> R {
     // SAFETY: opens a settings level and sets one setting on it, as
     // Postgres does for a function's SET clause; an unknown name or a bad

@@ -34,10 +34,9 @@ pub fn acts_as(role: pg_sys::Oid) -> bool {
 /// the (sub)transaction it aborts.
 pub fn acting_as<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: saves and switches this backend's current user, security
-    // context and settings level, as Postgres's own maintenance commands
-    // do; a search_path value Postgres validates itself.
-    let level = unsafe {
+    // SAFETY: saves and switches this backend's current user and security
+    // context, as Postgres's own maintenance commands do.
+    unsafe {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
             role,
@@ -45,24 +44,10 @@ pub fn acting_as<R>(role: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
                 | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32
                 | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
-        let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            c"pg_catalog, pg_temp".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        level
-    };
-    let r = f();
-    // SAFETY: puts back what was saved above, settings first.
-    unsafe {
-        pg_sys::AtEOXact_GUC(false, level);
-        pg_sys::SetUserIdAndSecContext(user, context);
     }
+    // The settings level is put back first, then the identity.
+    let r = super::guc::with(c"search_path", c"pg_catalog, pg_temp", f);
+    // SAFETY: puts back what was saved above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
     r
 }

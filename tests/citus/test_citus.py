@@ -22,17 +22,8 @@ import threading
 import time
 
 import pytest
-from citus_cluster import add, node, start_cluster
+from citus_cluster import add, node, start_cluster, status, workers_of
 from harness import Server, servers
-
-def status(s):
-    return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
-
-
-def workers_of(s, ids):
-    """The worker ids the IDs carry."""
-    return {r[0] for r in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) AS i",
-                                (list(ids),))}
 
 
 @pytest.fixture(scope="module")

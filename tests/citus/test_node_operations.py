@@ -29,7 +29,7 @@ import time
 
 import harness
 import pytest
-from citus_cluster import add, node, start_cluster
+from citus_cluster import add, node, start_cluster, status, workers_of
 from harness import Server, servers
 
 
@@ -38,15 +38,6 @@ def cluster():
     with servers() as made:
         c, (w1, w2) = start_cluster(made, "nodeops")
         yield c, w1, w2, made
-
-
-def status(s):
-    return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
-
-
-def worker_of(s, ids):
-    return {r[0] for r in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) AS i",
-                                (list(ids),))}
 
 
 def group_of(c, s):
@@ -158,7 +149,7 @@ def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_orig
     new_group = group_of(c, clone)
     assert new_group not in (None, origin_worker), new_group
     # Every ID the clone issued carries its own group, none its origin's.
-    assert worker_of(c, on_clone) == {new_group}
+    assert workers_of(c, on_clone) == {new_group}
     # Until Citus wrote the new group, the clone refused, saying why.
     refused = [m for code, m in clone_errors if code == "55000" and "promoted from a Citus clone" in m]
     assert all(code in ("25006", "55000", None) for code, _ in clone_errors), clone_errors[:3]
@@ -204,7 +195,7 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
     add(c, old)
     group = group_of(c, old)
     old.wait_for("SELECT worker_id IS NOT NULL OR problem IS NOT NULL FROM snowflake_id.snowflake_status")
-    assert worker_of(c, [old.one("SELECT snowflake_nextval()")]) == {group}
+    assert workers_of(c, [old.one("SELECT snowflake_nextval()")]) == {group}
     c.sql("CREATE TABLE regrouped (k int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (k, id));"
           "SELECT create_distributed_table('regrouped', 'k')")
     c.sql("SELECT citus_remove_node('localhost', %s)", (old.port,))
@@ -248,7 +239,7 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
                 t.join()
         assert c.one("SELECT count(*) FROM regrouped WHERE src = 'old'") == 0
         assert c.one("SELECT count(*) - count(DISTINCT id) FROM regrouped") == 0
-        assert worker_of(c, [r[0] for r in c.sql("SELECT id FROM regrouped")]) == {group}
+        assert workers_of(c, [r[0] for r in c.sql("SELECT id FROM regrouped")]) == {group}
         assert all(code == "55000" for tag, code in errors if tag == "old"), errors[:3]
     finally:
         c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
@@ -261,7 +252,7 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
     again = node(made, "nodeops-again")
     add(c, again)
     first = group_of(c, again)
-    assert worker_of(c, [again.one("SELECT snowflake_nextval()")]) == {first}
+    assert workers_of(c, [again.one("SELECT snowflake_nextval()")]) == {first}
     c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
     add(c, again)
     second = group_of(c, again)
@@ -271,7 +262,7 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
         # were read (refused in between, the status says why).
         again.wait_for(f"SELECT worker_id = {second} AND problem IS NULL FROM snowflake_id.snowflake_status",
                        timeout=30, what=f"the worker id stayed, or stays refused: {status(again)}")
-        assert worker_of(c, [again.one("SELECT snowflake_nextval()")]) == {second}
+        assert workers_of(c, [again.one("SELECT snowflake_nextval()")]) == {second}
         c.wait_for(f"SELECT problem IS NULL FROM snowflake_cluster_status() WHERE nodeport = {again.port}",
                    timeout=30, what=f"{cluster_view(c).get(again.port)}")
     finally:
