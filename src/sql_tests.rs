@@ -229,11 +229,21 @@ mod tests {
 
     #[pg_test]
     fn from_timestamp_selects_by_time_through_the_primary_key() {
-        // Earlier tests took IDs in bulk, borrowing ticks ahead of the clock: wait until the clock has caught up.
-        Spi::run("SELECT pg_sleep(greatest(0, extract(epoch FROM lead)::float8) + 0.01) FROM snowflake_id.snowflake_status").unwrap();
         Spi::run("CREATE TABLE orders (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
             .unwrap();
         Spi::run("INSERT INTO orders (n) SELECT g FROM generate_series(1, 1000) g").unwrap();
+        // The other tests run beside this one on the same server and take IDs
+        // in bulk, borrowing ticks ahead of the clock, so the first thousand
+        // may carry times still to come: wait until the clock has passed the
+        // last ID issued (a loop, as another batch may borrow again meanwhile).
+        Spi::run(
+            "DO $$ BEGIN \
+               WHILE (SELECT coalesce(lead >= interval '0', false) FROM snowflake_id.snowflake_status) LOOP \
+                 PERFORM pg_sleep(0.005); \
+               END LOOP; \
+             END $$",
+        )
+        .unwrap();
         Spi::run("SELECT pg_sleep(0.02)").unwrap();
         Spi::run("CREATE TEMP TABLE t AS SELECT clock_timestamp() AS t").unwrap();
         Spi::run("SELECT pg_sleep(0.02)").unwrap();
