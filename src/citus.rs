@@ -40,8 +40,13 @@ fn has_citus(c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<bool> {
 /// Citus metadata this node belongs to, if that metadata lists a node of
 /// this node's group (a Citus database where no cluster was made is not
 /// it); the first offer stands until the next start, or until that
-/// database is dropped. Whether a database is offered now.
+/// database is dropped. A second database found listing this node too (a
+/// copy of the first) is recorded, for the status to say. Whether a
+/// database is offered now.
 pub fn offer_this_database(shm: &Shmem) -> bool {
+    if !offer_may_change(shm) {
+        return shm.claims.offered_database().is_some();
+    }
     spi::ok(Spi::connect(|c| {
         if has_citus(c)? {
             offer_if_member(shm, c)?;
@@ -50,9 +55,21 @@ pub fn offer_this_database(shm: &Shmem) -> bool {
     }))
 }
 
+/// Whether reading this database's Citus metadata can tell the claims
+/// worker anything: not where the offer is this database already, or where
+/// a second one was found already.
+fn offer_may_change(shm: &Shmem) -> bool {
+    // SAFETY: set once the backend is connected, never changed.
+    let here = unsafe { pg_sys::MyDatabaseId };
+    match shm.claims.offered_database() {
+        None => true,
+        Some(offered) => offered != here && shm.claims.other_member().is_none(),
+    }
+}
+
 /// See `offer_this_database`; the caller's database holds Citus's metadata.
 fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<()> {
-    if shm.claims.offered_database().is_some() {
+    if !offer_may_change(shm) {
         return Ok(());
     }
     let member = c
@@ -66,7 +83,11 @@ fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiR
         .get_one::<bool>()?;
     if member == Some(true) {
         // SAFETY: set once the backend is connected, never changed.
-        shm.claims.offer_database(unsafe { pg_sys::MyDatabaseId });
+        let here = unsafe { pg_sys::MyDatabaseId };
+        shm.claims.offer_database(here);
+        if shm.claims.offered_database() != Some(here) {
+            shm.claims.note_other_member(here);
+        }
     }
     Ok(())
 }

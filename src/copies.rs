@@ -493,16 +493,8 @@ fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
 }
 
 fn database_name() -> String {
-    // SAFETY: the name of this backend's database, looked up in its catalog.
-    unsafe {
-        let name = pg_sys::get_database_name(pg_sys::MyDatabaseId);
-        if name.is_null() {
-            return String::new();
-        }
-        std::ffi::CStr::from_ptr(name)
-            .to_string_lossy()
-            .into_owned()
-    }
+    // SAFETY: set once the backend is connected, never changed.
+    crate::pg::database::name(unsafe { pg_sys::MyDatabaseId }).unwrap_or_default()
 }
 
 /// `snowflake_resume_above()`: every later ID above every ID this database

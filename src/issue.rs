@@ -109,8 +109,11 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
     let cfg = settings::config()?;
     // A look at the status in the Citus database tells the claims worker
     // where to keep claims, as a first ID there does: a node that is only
-    // watched is claimed and judged too.
-    if !settle && shm.worker.get().is_none() && claims_await_database(shm) {
+    // watched is claimed and judged too. So does an ID drawn there later
+    // (after the database the worker was told was dropped, say), asked at
+    // a backend's first call and every 1,024th after, so that the hot path
+    // pays one increment.
+    if (!settle || offer_check_due()) && claims_follow_citus_database() {
         citus::offer_this_database(shm);
     }
     let worker = match (shm.worker.get(), cfg.worker) {
@@ -124,12 +127,27 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
     Ok((cfg, worker))
 }
 
+/// Whether the claims worker is told the Citus database by backends: on a
+/// Citus node without a claims database.
+fn claims_follow_citus_database() -> bool {
+    settings::first_id_waits_for_claims() && settings::claims_database().is_none()
+}
+
 /// Whether the claims worker waits to be told the Citus database: on a
 /// Citus node without a claims database, until a backend offered one.
 fn claims_await_database(shm: &Shmem) -> bool {
-    settings::first_id_waits_for_claims()
-        && settings::claims_database().is_none()
-        && shm.claims.offered_database().is_none()
+    claims_follow_citus_database() && shm.claims.offered_database().is_none()
+}
+
+/// Calls this backend made, counted for `offer_check_due`.
+static CALLS: ProcessLocal<Cell<u32>> = ProcessLocal(Cell::new(0));
+
+/// Whether this call is a backend's first, or a 1,024th after it.
+#[inline]
+fn offer_check_due() -> bool {
+    let n = CALLS.0.get();
+    CALLS.0.set(n.wrapping_add(1));
+    n % 1024 == 0
 }
 
 /// How long calls wait, at most, for the claims worker's first judging of

@@ -414,6 +414,10 @@ pub struct Memory {
     /// The claim this server was refusing on, if any.
     pub refused_by: Option<Claimant>,
     pub held: Option<Held>,
+    /// Why the cluster this server belongs to refused it IDs (on Citus: its
+    /// group given to another node), if it did: kept over a restart, so that
+    /// a server cut off from the one who said so goes on refusing.
+    pub place: Option<Failure>,
 }
 
 impl Memory {
@@ -423,6 +427,11 @@ impl Memory {
     pub fn parse(text: &str) -> Memory {
         let mut m = Memory::default();
         for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("place ") {
+                // Only a refusal is kept: anything else read here is damage.
+                m.place = Failure::from_text(rest).filter(|f| f.class == Class::NotReady);
+                continue;
+            }
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["instance", i] => m.instance = i.parse().unwrap_or(0),
@@ -467,6 +476,12 @@ impl Memory {
             text.push_str(&format!(
                 "held {} {} {} {}\n",
                 h.system_identifier, h.timeline, h.worker_id, h.claimed_at_ms
+            ));
+        }
+        if let Some(p) = &self.place {
+            text.push_str(&format!(
+                "place {}\n",
+                p.to_text().replace(['\n', '\r'], " ")
             ));
         }
         text
@@ -620,10 +635,17 @@ mod tests {
                 worker_id: 5,
                 claimed_at_ms: T0,
             }),
+            place: Some(
+                Failure::new(Class::NotReady, "group 3 given to w9:5432")
+                    .detail("both would issue")
+                    .hint("stop it"),
+            ),
         };
         assert_eq!(Memory::parse(&m.text()), m);
+        // A place that is not a refusal, or not a failure at all, is damage.
+        let warning = Failure::new(Class::Warning, "not synced").to_text();
         let damaged = format!(
-            "garbage\n{}held 1 x 5 7\nfuture line 1 2 3\n",
+            "garbage\n{}held 1 x 5 7\nfuture line 1 2 3\nplace {warning}\nplace nonsense\n",
             "instance 42\n"
         );
         assert_eq!(

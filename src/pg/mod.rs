@@ -4,6 +4,7 @@
 //! crate above it.
 
 pub mod clock;
+pub mod database;
 pub mod datadir;
 pub mod encoding;
 pub mod error;

@@ -30,6 +30,9 @@ pub struct ClaimsState {
     /// Citus metadata this node belongs to, as the first backend to read it
     /// offered it (0 until then).
     offered_database: AtomicU32,
+    /// Another database whose Citus metadata lists this node too (a copy of
+    /// the Citus database), as a backend there found it (0: none found).
+    other_member: AtomicU32,
     /// The name of the database the worker keeps claims in, once connected.
     database: SharedText,
     /// What the claims worker found this server listed as, while its worker
@@ -51,16 +54,43 @@ impl ClaimsState {
             last_away_ms: AtomicI64::new(0),
             template_until_ms: AtomicI64::new(0),
             offered_database: AtomicU32::new(0),
+            other_member: AtomicU32::new(0),
             database: SharedText::new(),
             promoted: AtomicU8::new(0),
         }
     }
 
-    /// Forgets the Citus database offered (it was dropped): the next
-    /// backend to read Citus's metadata offers one again.
-    pub fn forget_database(&self) {
-        self.offered_database.store(0, Ordering::SeqCst);
-        self.database.set("");
+    /// Forgets database `oid` (it was dropped): if it was the Citus
+    /// database offered, the next backend to read Citus's metadata offers
+    /// one again.
+    pub fn forget_database(&self, oid: pgrx::pg_sys::Oid) {
+        let oid = oid.to_u32();
+        let _ = self
+            .other_member
+            .compare_exchange(oid, 0, Ordering::SeqCst, Ordering::SeqCst);
+        if self
+            .offered_database
+            .compare_exchange(oid, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.database.set("");
+        }
+    }
+
+    /// Records `oid` as a second database whose Citus metadata lists this
+    /// node; the first found stands.
+    pub fn note_other_member(&self, oid: pgrx::pg_sys::Oid) {
+        let _ =
+            self.other_member
+                .compare_exchange(0, oid.to_u32(), Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// See `note_other_member`.
+    pub fn other_member(&self) -> Option<pgrx::pg_sys::Oid> {
+        match self.other_member.load(Ordering::SeqCst) {
+            0 => None,
+            oid => Some(pgrx::pg_sys::Oid::from(oid)),
+        }
     }
 
     /// What the claims worker last found this server listed as (see

@@ -241,6 +241,21 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
         assert c.one("SELECT count(*) - count(DISTINCT id) FROM regrouped") == 0
         assert workers_of(c, [r[0] for r in c.sql("SELECT id FROM regrouped")]) == {group}
         assert all(code == "55000" for tag, code in errors if tag == "old"), errors[:3]
+        # Cut off from the coordinator (its metadata's coordinator row made
+        # to point where nothing listens: a removed node is often out of
+        # reach of its old cluster) and restarted: the refusal was kept with
+        # its claims, and stands while the coordinator cannot be asked.
+        old.sql("UPDATE pg_dist_node SET nodeport = 1 WHERE groupid = 0")
+        old.restart()
+        since = old.one("SELECT clock_timestamp()")
+        status(old)  # a status read in the Citus database tells the claims worker where it is
+        old.wait_for("SELECT EXISTS (SELECT FROM snowflake_id.snowflake_claims"
+                     f" WHERE last_seen > '{since}'::timestamptz + interval '2.5 s')",
+                     timeout=30, what=f"the claims worker never refreshed after the restart: {status(old)}")
+        got = refusal(old)
+        assert got and got[0] == "55000" and "gives this node's group" in got[1], got
+        old.sql("UPDATE pg_dist_node SET nodeport = %s WHERE groupid = 0", (c.port,))
+        wait_refused(old, "gives this node's group")
     finally:
         c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
         old.stop()
@@ -248,24 +263,42 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
 
 
 def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
-    c, _, _, made = cluster
+    c, w1, _, made = cluster
     again = node(made, "nodeops-again")
     add(c, again)
     first = group_of(c, again)
     assert workers_of(c, [again.one("SELECT snowflake_nextval()")]) == {first}
-    c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
-    add(c, again)
-    second = group_of(c, again)
-    assert second != first
+    # w1 answers the claims question slower than a reader waits (3 s), as a
+    # node that hangs mid-answer would: no node's claims on the new id can
+    # be read while it does.
+    local = "SET citus.enable_ddl_propagation = off;"  # this worker alone
+    original = w1.one("SELECT pg_get_functiondef('pg_catalog.snowflake_id_claims_here()'::regprocedure)")
+    w1.sql(local + """CREATE OR REPLACE FUNCTION pg_catalog.snowflake_id_claims_here() RETURNS text
+                      LANGUAGE sql AS $$ SELECT pg_catalog.pg_sleep(10)::text $$""")
+    restored = False
     try:
-        # Moved, and issuing once the other nodes' claims on the new id
-        # were read (refused in between, the status says why).
+        c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
+        add(c, again)
+        second = group_of(c, again)
+        assert second != first
+        # Moved, and refused until the other nodes' claims on the new id
+        # are read; the status says why.
+        again.wait_for(f"SELECT problem LIKE '%moves from {first} to {second}%could not be read%'"
+                       " FROM snowflake_id.snowflake_status",
+                       timeout=30, what=f"not refused while the claims cannot be read: {status(again)}")
+        got = refusal(again)
+        assert got and got[0] == "55000" and f"moves from {first} to {second}" in got[1], got
+        w1.sql(local + original)
+        restored = True
+        # Issuing once they were read.
         again.wait_for(f"SELECT worker_id = {second} AND problem IS NULL FROM snowflake_id.snowflake_status",
                        timeout=30, what=f"the worker id stayed, or stays refused: {status(again)}")
         assert workers_of(c, [again.one("SELECT snowflake_nextval()")]) == {second}
         c.wait_for(f"SELECT problem IS NULL FROM snowflake_cluster_status() WHERE nodeport = {again.port}",
                    timeout=30, what=f"{cluster_view(c).get(again.port)}")
     finally:
+        if not restored:
+            w1.sql(local + original)
         c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
         again.stop()
 
@@ -294,3 +327,61 @@ def test_the_view_lists_an_unnamed_coordinator_and_a_disabled_node_that_issues(c
     finally:
         c.sql("SELECT citus_remove_node('localhost', %s)", (disabled.port,))
         disabled.stop()
+
+
+def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
+    _, _, _, made = cluster
+    # A lone Citus node (its own coordinator), whose cluster's database is
+    # dropped and made again under another name while the server runs, and
+    # then copied with CREATE DATABASE ... TEMPLATE.
+    s = node(made, "nodeops-databases")
+    s.sql("CREATE EXTENSION snowflake_id")  # in postgres, whose Citus metadata lists no node
+
+    def make_cluster_database(name):
+        s.sql(f"CREATE DATABASE {name}")
+        s.sql("CREATE EXTENSION citus; SELECT citus_set_coordinator_host('localhost', %s);"
+              "CREATE EXTENSION snowflake_id", (s.port,), dbname=name)
+
+    def wait(query, dbname, what):
+        deadline = time.time() + 30
+        while not s.one(query, dbname=dbname):
+            assert time.time() < deadline, f"{what}: {s.sql('SELECT problem FROM snowflake_id.snowflake_status')}"
+            time.sleep(0.1)
+
+    def kept_in(name):
+        wait("SELECT EXISTS (SELECT FROM snowflake_id.snowflake_claims WHERE last_seen > now() - interval '3 s')", name,
+             f"no claim kept in {name}")
+
+    problem = "SELECT problem FROM snowflake_id.snowflake_status"
+    try:
+        make_cluster_database("first_app")
+        s.one("SELECT snowflake_nextval()", dbname="first_app")
+        kept_in("first_app")
+        s.sql("DROP DATABASE first_app")
+        # The worker id was settled: IDs go on, and the status says the
+        # claim is not kept.
+        s.one("SELECT snowflake_nextval()")
+        wait("SELECT problem LIKE '%Citus database it was kept in was dropped%' FROM snowflake_id.snowflake_status",
+             "postgres", "the dropped database is not said")
+        make_cluster_database("second_app")
+        # The first ID of a session there tells the worker: kept again.
+        s.one("SELECT snowflake_nextval()", dbname="second_app")
+        kept_in("second_app")
+        wait("SELECT problem IS NULL FROM snowflake_id.snowflake_status", "postgres", "still a problem")
+        # A copy: Citus's maintenance daemon leaves its template, as the
+        # claims worker does, for the copy to be made.
+        s.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+              " WHERE datname = 'second_app' AND backend_type LIKE 'Citus%'")
+        s.sql("CREATE DATABASE app_copy TEMPLATE second_app")
+        # A session's first ID in the copy finds its Citus metadata listing
+        # this node too: said, and the claims stay where they were.
+        s.one("SELECT snowflake_nextval()", dbname="app_copy")
+        wait("SELECT problem LIKE '%databases \"second_app\" and \"app_copy\" both hold Citus metadata%'"
+             " FROM snowflake_id.snowflake_status", "second_app", "the copy is not said")
+        said = s.one(problem, dbname="second_app")
+        assert "snowflake_id.claims_database = 'app_copy'" in said, said
+        kept_in("second_app")
+        s.sql("DROP DATABASE app_copy WITH (FORCE)")
+        wait("SELECT problem IS NULL FROM snowflake_id.snowflake_status", "second_app", "the copy is still said")
+    finally:
+        s.stop()

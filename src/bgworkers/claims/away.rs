@@ -127,21 +127,31 @@ pub(crate) fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::U
         .is_some_and(|t| Some(t.to_bytes()) == claims_db.as_deref().map(str::as_bytes))
         && target.is_some_and(may_act_on)
         && send_away();
-    if !away {
-        return run();
-    }
+    // A database dropped, whoever dropped it and whether or not the worker
+    // was sent away (DROP DATABASE ... WITH (FORCE) ends it either way): if
+    // it was the Citus database offered to the worker, the next backend to
+    // read Citus's metadata offers one again, instead of the worker waiting
+    // for what is gone until a restart.
     // SAFETY: the node's tag, as above.
     let drops = unsafe { pgrx::is_a(stmt, pg_sys::NodeTag::T_DropdbStmt) };
+    let dropped = target
+        .filter(|_| drops)
+        // SAFETY: a NUL-terminated name; missing_ok, so a name not found
+        // is InvalidOid rather than an error.
+        .map(|t| unsafe { pg_sys::get_database_oid(t.as_ptr(), true) })
+        .filter(|oid| *oid != pg_sys::InvalidOid);
+    let forget = move || {
+        if let (Some(oid), Some(shm)) = (dropped, shmem::get()) {
+            shm.claims.forget_database(oid);
+        }
+    };
+    if !away {
+        run();
+        return forget();
+    }
     PgTryBuilder::new(move || {
         run();
-        // The Citus database offered to the worker, dropped: the next
-        // backend to read Citus's metadata offers one again, instead of
-        // the worker failing to connect to what is gone until a restart.
-        if drops {
-            if let Some(shm) = shmem::get() {
-                shm.claims.forget_database();
-            }
-        }
+        forget();
     })
     .finally(call_back)
     .execute()

@@ -67,7 +67,21 @@ pub fn warning(shm: &Shmem) -> Option<String> {
             })
         })
         .or_else(|| text(shm.claims.finding()))
+        .or_else(|| two_citus_databases(shm))
         .or_else(|| text(shm.claims.skipped()))
+}
+
+/// Where a second database lists this node in its Citus metadata (a copy of
+/// the Citus database, made with CREATE DATABASE ... TEMPLATE), which of the
+/// two the claims and the worker id follow. Citus keeps only its cluster's
+/// database up to date, and nothing on this server tells which that is.
+fn two_citus_databases(shm: &Shmem) -> Option<String> {
+    let (kept, other) = (shm.claims.offered_database()?, shm.claims.other_member()?);
+    let name = crate::pg::database::name;
+    let (kept, other) = (name(kept)?, name(other)?);
+    Some(format!(
+        "databases \"{kept}\" and \"{other}\" both hold Citus metadata that lists this node: the worker-id claim is kept, and the worker id follows Citus's group id, in \"{kept}\" (the first read since the server started); if \"{other}\" is the cluster's database, set snowflake_id.claims_database = '{other}' and restart, or drop the copy"
+    ))
 }
 
 /// The database claims are kept in: the one set, or on a Citus node
@@ -113,6 +127,25 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
             }
             if let Some(oid) = shm.claims.offered_database() {
                 break Database::Citus(oid);
+            }
+            // IDs go on meanwhile only where the worker id was settled
+            // before: the database the claims were kept in was dropped.
+            if shm.worker.get().is_some()
+                && shm
+                    .claims
+                    .trouble()
+                    .get()
+                    .as_deref()
+                    .is_none_or(str::is_empty)
+            {
+                shm.claims.trouble().set(
+                    &Failure::new(
+                        Class::Warning,
+                        "this server's worker-id claim is not kept: the Citus database it was kept in was dropped",
+                    )
+                    .hint("The first ID drawn, or status read, in this node's Citus database tells the claims worker where to keep it again.")
+                    .to_text(),
+                );
             }
             sleep_on_latch(100);
         },
@@ -166,7 +199,9 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
             leave_template(shm, f);
         }
         signals::reload_if_asked();
-        follow_group(shm);
+        if let Some(waiting) = follow_group(shm) {
+            keeper.moving = Some(waiting);
+        }
         keeper.refresh(shm);
         sleep_on_latch(REFRESH_MS);
     }
@@ -193,42 +228,44 @@ fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
 /// server runs: Citus gives a node a new group id when it is added again
 /// (and a promoted clone its own, which it waits for: see
 /// `citus::read_worker_id`). Read at every refresh, so IDs carry the new
-/// group within one refresh of Citus writing it.
-fn follow_group(shm: &Shmem) {
-    let Ok(cfg) = settings::config() else {
-        return;
-    };
+/// group within one refresh of Citus writing it. The refusal that holds
+/// IDs back meanwhile, when it moved.
+fn follow_group(shm: &Shmem) -> Option<Moving> {
+    let cfg = settings::config().ok()?;
     let config::Worker::CitusGroup { offset } = cfg.worker else {
-        return;
+        return None;
     };
-    let Some(old) = shm.worker.get() else {
-        return;
-    };
+    let old = shm.worker.get()?;
     let Ok(Ok((new, origin))) =
         in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes))
     else {
-        return;
+        return None;
     };
     if new == old {
-        return;
+        return None;
     }
-    // Refused from before the move until the refresh that follows has
-    // judged the other nodes' claims on the new id (it lifts the refusal
+    // Refused from before the move until a refresh has read the other
+    // nodes' claims on the new id and judged them (it lifts the refusal
     // when none collides): a group id given by hand, or metadata edited,
     // must not issue a row under an id another node holds.
-    shm.claims.finding().set(
-        &Failure::new(
-            Class::NotReady,
-            format!("this node's worker id moves from {old} to {new} ({origin}): the other nodes' claims on it are being read"),
-        )
-        .to_text(),
-    );
+    let waiting = Moving {
+        what: format!("this node's worker id moves from {old} to {new} ({origin})"),
+        unread: None,
+    };
+    shm.claims.finding().set(&waiting.failure().to_text());
     mark::refuse_for_claim(shm, true);
     if shm.worker.follow(old, new) {
         log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
     }
+    Some(waiting)
+}
+
+/// Whether the worker id is a Citus group id (`worker_id_source = 'citus'`),
+/// which the cluster's metadata can give to another node.
+fn follows_citus() -> bool {
+    settings::config().is_ok_and(|c| matches!(c.worker, config::Worker::CitusGroup { .. }))
 }
 
 /// Lets IDs be issued under `worker`, the id claims were judged with.
@@ -283,7 +320,24 @@ pub fn start(shm: &Shmem) {
     if !settings::claims_kept() {
         return;
     }
-    if let Some(c) = read_memory().refused_by {
+    let memory = read_memory();
+    // The cluster's word comes first, as in `Keeper::publish`; it stands
+    // only where the worker id is still Citus's group id.
+    if let Some(p) = memory.place.filter(|_| follows_citus()) {
+        shm.claims.finding().set(
+            &Failure {
+                message: format!(
+                    "{} (when this server last ran; it has not been asked again yet)",
+                    p.message
+                ),
+                ..p
+            }
+            .to_text(),
+        );
+        shm.refusal.set_claim(true);
+        return;
+    }
+    if let Some(c) = memory.refused_by {
         let f = Failure::new(
             Class::NotReady,
             format!(
@@ -316,6 +370,29 @@ struct Keeper {
     /// the cluster (`None`: nothing wrong), and what the log was last told.
     place: Option<Failure>,
     place_logged: Option<String>,
+    /// Why IDs wait while the worker id moves to a new group's (see
+    /// `follow_group`): until the other nodes' claims have been read.
+    moving: Option<Moving>,
+}
+
+/// A worker id moving to a new group's, refused until the other nodes'
+/// claims on it have been read.
+struct Moving {
+    what: String,
+    /// Why the last read of them failed.
+    unread: Option<String>,
+}
+
+impl Moving {
+    fn failure(&self) -> Failure {
+        let state = match &self.unread {
+            None => "the other nodes' claims on it are being read".to_string(),
+            Some(why) => format!("the other nodes' claims on it could not be read: {why}"),
+        };
+        Failure::new(Class::NotReady, format!("{}: {state}", self.what)).hint(
+            "IDs are issued again once the other nodes' claims on the new worker id have been read.",
+        )
+    }
 }
 
 impl Keeper {
@@ -330,6 +407,7 @@ impl Keeper {
             // still inherits its old primary's claim time from the table).
             memory = Memory {
                 refused_by: memory.refused_by,
+                place: memory.place,
                 ..Memory::default()
             };
         }
@@ -352,6 +430,7 @@ impl Keeper {
         }
         memory.instance = instance;
         save_memory(&memory);
+        let place = memory.place.clone().filter(|_| follows_citus());
         Keeper {
             db,
             observer,
@@ -361,8 +440,9 @@ impl Keeper {
             trouble_logged: None,
             trouble_logged_at: 0,
             skipped_logged: Vec::new(),
-            place: None,
+            place,
             place_logged: None,
+            moving: None,
         }
     }
 
@@ -399,6 +479,7 @@ impl Keeper {
         let mut read = read;
         let unread = match in_transaction(table::read_cluster) {
             Ok(Ok(cluster)) => {
+                self.moving = None;
                 read.claims.extend(cluster.claims);
                 read.skipped.extend(cluster.skipped);
                 (!cluster.unread.is_empty()).then(|| {
@@ -414,15 +495,24 @@ impl Keeper {
             }
             // The transaction's own wording is about the local claim, which
             // was kept: said of the other nodes instead.
-            Ok(Err(f)) | Err(f) => Some(Failure::new(
-                Class::Warning,
-                format!(
-                    "the claims of other nodes of this Citus cluster could not be read: {}",
-                    f.message
-                        .rsplit_once(": ")
-                        .map_or(f.message.as_str(), |(_, why)| why)
-                ),
-            )),
+            Ok(Err(f)) | Err(f) => {
+                let why = f
+                    .message
+                    .rsplit_once(": ")
+                    .map_or(f.message.as_str(), |(_, why)| why)
+                    .to_string();
+                // A worker id that just moved stays refused: no node's claim
+                // on it has been judged yet.
+                if let Some(m) = &mut self.moving {
+                    m.unread = Some(why.clone());
+                }
+                Some(Failure::new(
+                    Class::Warning,
+                    format!(
+                        "the claims of other nodes of this Citus cluster could not be read: {why}"
+                    ),
+                ))
+            }
         };
         self.trouble(shm, unread);
         if let Some(at) = read.claimed_at_ms.filter(|at| Some(*at) != claimed_at) {
@@ -449,18 +539,30 @@ impl Keeper {
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
         // On a Citus worker, where the coordinator's metadata puts it. A
-        // coordinator out of reach changes nothing: a refusal stands (a
-        // removed node is often cut off from its old cluster).
-        match worker_id {
-            Some(w) => {
-                if let Ok(Some(verdict)) = in_transaction(move || citus::membership_problem(w)) {
-                    self.place = verdict;
-                }
+        // coordinator out of reach changes nothing: a refusal stands, over
+        // restarts too (a removed node is often cut off from its old
+        // cluster). Nor does a worker id not read this time.
+        if !follows_citus() {
+            self.place = None;
+        } else if let Some(w) = worker_id {
+            if let Ok(Some(verdict)) = in_transaction(move || citus::membership_problem(w)) {
+                self.place = verdict;
             }
-            None => self.place = None,
+        }
+        let refusal = self.place.clone().filter(|f| f.class == Class::NotReady);
+        if refusal != self.memory.place {
+            self.memory.place = refusal;
+            save_memory(&self.memory);
         }
         self.report_place();
-        self.publish(shm, &findings, self.place.clone(), now);
+        let place = self.place.clone().filter(|f| f.class == Class::NotReady);
+        let moving = self.moving.as_ref().map(Moving::failure);
+        self.publish(
+            shm,
+            &findings,
+            place.or(moving).or_else(|| self.place.clone()),
+            now,
+        );
         // Judged once: where the first ID waited for this (on Citus), the
         // worker id is now this server's to issue with, or refused above.
         if let Some(w) = worker_id {

@@ -1,0 +1,17 @@
+//! Databases by OID, as the catalog names them.
+
+use pgrx::pg_sys;
+use std::ffi::CStr;
+
+/// The name of database `oid`, `None` where there is none (dropped
+/// meanwhile). A catalog lookup: in a backend, within a transaction.
+pub fn name(oid: pg_sys::Oid) -> Option<String> {
+    // SAFETY: a syscache lookup, NULL for an OID no database has.
+    let p = unsafe { pg_sys::get_database_name(oid) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a palloc'd NUL-terminated name, not NULL (above).
+    let name = unsafe { CStr::from_ptr(p) };
+    Some(name.to_string_lossy().into_owned())
+}
