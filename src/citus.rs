@@ -68,8 +68,22 @@ fn offer_may_change(shm: &Shmem) -> bool {
 }
 
 /// See `offer_this_database`; the caller's database holds Citus's metadata.
+/// Asked by every backend's first call: a caller who may not read that
+/// metadata offers nothing, and is not refused for it.
 fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<()> {
     if !offer_may_change(shm) {
+        return Ok(());
+    }
+    let readable = c
+        .select(
+            "SELECT pg_catalog.has_table_privilege('pg_catalog.pg_dist_node', 'SELECT') \
+                    AND pg_catalog.has_table_privilege('pg_catalog.pg_dist_local_group', 'SELECT')",
+            None,
+            &[],
+        )?
+        .first()
+        .get_one::<bool>()?;
+    if readable != Some(true) {
         return Ok(());
     }
     let member = c
@@ -84,12 +98,25 @@ fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiR
     if member == Some(true) {
         // SAFETY: set once the backend is connected, never changed.
         let here = unsafe { pg_sys::MyDatabaseId };
-        shm.claims.offer_database(here);
-        if shm.claims.offered_database() != Some(here) {
+        if shm.claims.offer_database(here) {
+            judge_again(shm);
+        } else if shm.claims.offered_database() != Some(here) {
             shm.claims.note_other_member(here);
         }
     }
     Ok(())
+}
+
+/// A Citus database offered while IDs are issued already (the one offered
+/// before was dropped): the group id there may be another, and no node's
+/// claims have been read there. Refused, as a move of the worker id is,
+/// until the claims worker has read both (`bgworkers::claims`).
+fn judge_again(shm: &Shmem) {
+    if shm.worker.get().is_none() {
+        return;
+    }
+    shm.claims.set_rejudge(true);
+    crate::mark::refuse_for_claim(shm, true);
 }
 
 /// How `this_node` learns whether this server is a promoted copy of another
@@ -584,12 +611,13 @@ fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
 /// On a worker, what the coordinator's metadata says of this node (see
 /// `snowflake_id_core::citus::membership`), asked over Citus's own
 /// connection within 3 s: `Some(None)` where nothing is wrong (and on the
-/// coordinator, or where the database has no Citus), `None` where the
-/// coordinator could not be asked.
+/// coordinator), `None` where there is no answer: the coordinator could not
+/// be asked, or this database's metadata does not say who it is (no Citus,
+/// no row for this node or for a coordinator). No answer lifts no refusal.
 pub fn membership_problem(worker: u32) -> Option<Option<Failure>> {
     spi::ok(Spi::connect(|c| {
         if !has_citus(c)? {
-            return Ok(Some(None));
+            return Ok(None);
         }
         let row = c
             .select(
@@ -616,7 +644,7 @@ pub fn membership_problem(worker: u32) -> Option<Option<Failure>> {
             row.get::<Text>(5)?,
             row.get::<i32>(6)?,
         ) else {
-            return Ok(Some(None));
+            return Ok(None);
         };
         if group == 0 {
             return Ok(Some(None));

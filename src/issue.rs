@@ -110,9 +110,10 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
     // A look at the status in the Citus database tells the claims worker
     // where to keep claims, as a first ID there does: a node that is only
     // watched is claimed and judged too. So does an ID drawn there later
-    // (after the database the worker was told was dropped, say), asked at
-    // a backend's first call and every 1,024th after, so that the hot path
-    // pays one increment.
+    // (after the database the worker was told was dropped, say): asked at
+    // a backend's first call, which never takes the quick path (its
+    // settings are not cached yet), and at every 1,024th call that comes
+    // this way after it; a call here pays one increment for it.
     if (!settle || offer_check_due()) && claims_follow_citus_database() {
         citus::offer_this_database(shm);
     }
@@ -139,10 +140,12 @@ fn claims_await_database(shm: &Shmem) -> bool {
     claims_follow_citus_database() && shm.claims.offered_database().is_none()
 }
 
-/// Calls this backend made, counted for `offer_check_due`.
+/// Calls that came the full way in this backend, counted for
+/// `offer_check_due`.
 static CALLS: ProcessLocal<Cell<u32>> = ProcessLocal(Cell::new(0));
 
-/// Whether this call is a backend's first, or a 1,024th after it.
+/// Whether this call is a backend's first to come the full way, or a
+/// 1,024th after it.
 #[inline]
 fn offer_check_due() -> bool {
     let n = CALLS.0.get();

@@ -392,6 +392,18 @@ impl Observer {
     }
 }
 
+/// The refusal while this server's worker id, or the database its claims
+/// are judged in, changes: `what` changed, and `unread` says why the other
+/// nodes' claims could not be read the last time they were asked.
+pub fn moving(what: &str, unread: Option<&str>) -> Failure {
+    let state = match unread {
+        None => "the other nodes' claims on it are being read".to_string(),
+        Some(why) => format!("the other nodes' claims on it could not be read: {why}"),
+    };
+    Failure::new(Class::NotReady, format!("{what}: {state}"))
+        .hint("IDs are issued again once the other nodes' claims on this server's worker id have been read.")
+}
+
 /// The claim a server holds, as it remembers it across restarts: when it
 /// first claimed this worker id on this system and timeline. The table is
 /// not where this lives: a row can be deleted, truncated or made again with

@@ -200,10 +200,7 @@ pub struct Leftover {
     pub shared_with: Vec<String>,
 }
 
-/// `text` as an SQL string literal, for a HINT that can be pasted.
-pub fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
+pub use crate::failure::literal;
 
 /// Refuses what cannot be converted, before anything about views is read.
 pub fn check(f: &Facts) -> Result<(), Failure> {

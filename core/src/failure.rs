@@ -178,6 +178,11 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// `text` as an SQL string literal, for a HINT that can be pasted.
+pub fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,6 +58,14 @@ pub fn refused(shm: &Shmem) -> Option<Failure> {
                 .detail("Without it, IDs the original server issued could be issued again.")
                 .hint("If the system clock is certainly later than every ID this server's data holds, run SELECT snowflake_adopt_settings(); as a superuser to start a new state from the clock."),
         ),
+        // Until the claims worker has taken it up, the finding is older.
+        None if shm.refusal.claim() && shm.claims.rejudging() => Some(
+            Failure::new(
+                Class::NotReady,
+                "a session offered this node's Citus database anew: the claims worker is reading this node's group id and the other nodes' claims there",
+            )
+            .hint("IDs are issued again once it has; its database was dropped, and the one offered now may give this node another group id."),
+        ),
         None if shm.refusal.claim() => Some(shm.claims.finding().failure().unwrap_or_else(|| {
             Failure::new(Class::NotReady, "another live server claims this server's worker id")
         })),

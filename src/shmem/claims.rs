@@ -4,7 +4,7 @@
 
 use super::pid::Pid;
 use snowflake_id_core::shared_text::SharedText;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// What the claims worker publishes.
 #[repr(C, align(64))]
@@ -33,6 +33,16 @@ pub struct ClaimsState {
     /// Another database whose Citus metadata lists this node too (a copy of
     /// the Citus database), as a backend there found it (0: none found).
     other_member: AtomicU32,
+    /// Whether a Citus database offered since the start was dropped.
+    forgotten: AtomicBool,
+    /// A change of this server's worker id, or of the database it is judged
+    /// in, whose claims are still to be read (empty: none). Here rather than
+    /// in the worker, so that a restart of the worker alone keeps it. The
+    /// worker writes it.
+    moving: SharedText,
+    /// Set by the backend that offered a Citus database while IDs were
+    /// issued already, until the worker has taken it into `moving`.
+    rejudge: AtomicBool,
     /// The name of the database the worker keeps claims in, once connected.
     database: SharedText,
     /// What the claims worker found this server listed as, while its worker
@@ -55,6 +65,9 @@ impl ClaimsState {
             template_until_ms: AtomicI64::new(0),
             offered_database: AtomicU32::new(0),
             other_member: AtomicU32::new(0),
+            forgotten: AtomicBool::new(false),
+            moving: SharedText::new(),
+            rejudge: AtomicBool::new(false),
             database: SharedText::new(),
             promoted: AtomicU8::new(0),
         }
@@ -74,7 +87,27 @@ impl ClaimsState {
             .is_ok()
         {
             self.database.set("");
+            self.forgotten.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// Whether a Citus database offered since the start was dropped.
+    pub fn forgotten(&self) -> bool {
+        self.forgotten.load(Ordering::SeqCst)
+    }
+
+    /// See the field.
+    pub fn moving(&self) -> &SharedText {
+        &self.moving
+    }
+
+    /// See the field `rejudge`.
+    pub fn set_rejudge(&self, on: bool) {
+        self.rejudge.store(on, Ordering::SeqCst);
+    }
+
+    pub fn rejudging(&self) -> bool {
+        self.rejudge.load(Ordering::SeqCst)
     }
 
     /// Records `oid` as a second database whose Citus metadata lists this
@@ -103,14 +136,22 @@ impl ClaimsState {
         self.promoted.store(found, Ordering::SeqCst);
     }
 
-    /// Offers `oid` as the Citus database; the first offer stands.
-    pub fn offer_database(&self, oid: pgrx::pg_sys::Oid) {
-        let _ = self.offered_database.compare_exchange(
-            0,
-            oid.to_u32(),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+    /// Offers `oid` as the Citus database; the first offer stands. Whether
+    /// this offer is the one that stands now.
+    pub fn offer_database(&self, oid: pgrx::pg_sys::Oid) -> bool {
+        let oid = oid.to_u32();
+        let made = self
+            .offered_database
+            .compare_exchange(0, oid, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if made {
+            // A database renamed by way of a copy (CREATE DATABASE ...
+            // TEMPLATE, then DROP DATABASE of the first) is no second one.
+            let _ = self
+                .other_member
+                .compare_exchange(oid, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        made
     }
 
     /// The Citus database offered, if any.

@@ -24,10 +24,11 @@ impl WorkerId {
         }
     }
 
-    /// The worker id, once known.
+    /// The worker id, once known. Acquire, paired with `follow`: a caller
+    /// that sees a moved id sees the refusal published before the move.
     #[inline]
     pub fn get(&self) -> Option<u32> {
-        match self.value.load(Ordering::Relaxed) {
+        match self.value.load(Ordering::Acquire) {
             UNKNOWN => None,
             w => Some(w as u32),
         }
@@ -62,7 +63,7 @@ impl WorkerId {
             .compare_exchange(
                 u64::from(old),
                 u64::from(new),
-                Ordering::Relaxed,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             )
             .is_ok()

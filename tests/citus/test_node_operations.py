@@ -68,10 +68,10 @@ def standby_of(made, origin, name):
     return s
 
 
-def refusal(s, query="SELECT snowflake_nextval()"):
+def refusal(s, query="SELECT snowflake_nextval()", dbname="postgres"):
     """The SQLSTATE and message `query` fails with on `s`, or None if it works."""
     try:
-        s.sql(query)
+        s.sql(query, dbname=dbname)
         return None
     except Exception as e:  # noqa: BLE001 - the refusal is the point
         return getattr(e, "pgcode", None), str(e)
@@ -85,6 +85,18 @@ def wait_refused(s, words, timeout=30):
             return got
         assert time.time() < deadline, f"{s.name} never refused with {words!r}: {got}"
         time.sleep(0.2)
+
+
+def wait_refreshes(s, since):
+    """Until `s`'s claims worker has finished a whole refresh (its claim
+    written, the other nodes and the coordinator asked) begun after `since`:
+    its claim written twice after it."""
+    last_seen = "SELECT max(last_seen) FROM snowflake_id.snowflake_claims"
+    s.wait_for(f"SELECT max(last_seen) > '{since}' FROM snowflake_id.snowflake_claims",
+               timeout=30, what=f"the claims worker never wrote its claim: {status(s)}")
+    first = s.one(last_seen)
+    s.wait_for(f"SELECT max(last_seen) > '{first}' FROM snowflake_id.snowflake_claims",
+               timeout=30, what=f"the claims worker never wrote its claim again: {status(s)}")
 
 
 def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_origins(cluster):
@@ -206,6 +218,7 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
     old.sql("SELECT snowflake_nextval()")
     new = node(made, "nodeops-regrouped")
     c.sql("SELECT citus_add_node('localhost', %s, groupid => %s)", (new.port, group))
+    new_listed = True
     try:
         # Its group id given again by hand: the removed node stops.
         code, message = wait_refused(old, "gives this node's group")
@@ -249,15 +262,25 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
         old.restart()
         since = old.one("SELECT clock_timestamp()")
         status(old)  # a status read in the Citus database tells the claims worker where it is
-        old.wait_for("SELECT EXISTS (SELECT FROM snowflake_id.snowflake_claims"
-                     f" WHERE last_seen > '{since}'::timestamptz + interval '2.5 s')",
-                     timeout=30, what=f"the claims worker never refreshed after the restart: {status(old)}")
+        wait_refreshes(old, since)
         got = refusal(old)
         assert got and got[0] == "55000" and "gives this node's group" in got[1], got
+        assert "the coordinator has not answered since" in got[1], got
+        # The coordinator's own answer lifts it: reachable again, the group
+        # still given away, still refused; the node that holds the group
+        # removed, issuing again.
         old.sql("UPDATE pg_dist_node SET nodeport = %s WHERE groupid = 0", (c.port,))
+        old.wait_for("SELECT problem NOT LIKE '%has not answered since%' FROM snowflake_id.snowflake_status",
+                     timeout=30, what=f"the coordinator was never asked again: {status(old)}")
         wait_refused(old, "gives this node's group")
-    finally:
         c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
+        new_listed = False
+        old.wait_for("SELECT problem LIKE '%is not in the coordinator''s metadata any more%'"
+                     " FROM snowflake_id.snowflake_status", timeout=30, what=f"{status(old)}")
+        old.sql("SELECT snowflake_nextval()")
+    finally:
+        if new_listed:
+            c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
         old.stop()
         new.stop()
 
@@ -286,6 +309,16 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
         again.wait_for(f"SELECT problem LIKE '%moves from {first} to {second}%could not be read%'"
                        " FROM snowflake_id.snowflake_status",
                        timeout=30, what=f"not refused while the claims cannot be read: {status(again)}")
+        got = refusal(again)
+        assert got and got[0] == "55000" and f"moves from {first} to {second}" in got[1], got
+        # Its claims worker restarted meanwhile: the move is still to be
+        # judged, and still refused.
+        since = again.one("SELECT clock_timestamp()")
+        worker = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'"
+        old_pid = again.one(worker)
+        again.sql(f"SELECT pg_terminate_backend(({worker}))")
+        again.wait_for(f"SELECT EXISTS ({worker} AND pid <> {old_pid})", timeout=30)
+        wait_refreshes(again, since)
         got = refusal(again)
         assert got and got[0] == "55000" and f"moves from {first} to {second}" in got[1], got
         w1.sql(local + original)
@@ -332,15 +365,21 @@ def test_the_view_lists_an_unnamed_coordinator_and_a_disabled_node_that_issues(c
 def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
     _, _, _, made = cluster
     # A lone Citus node (its own coordinator), whose cluster's database is
-    # dropped and made again under another name while the server runs, and
-    # then copied with CREATE DATABASE ... TEMPLATE.
+    # dropped and made again under another name while the server runs, where
+    # the node has another group id, and then copied with CREATE DATABASE ...
+    # TEMPLATE.
     s = node(made, "nodeops-databases")
     s.sql("CREATE EXTENSION snowflake_id")  # in postgres, whose Citus metadata lists no node
 
-    def make_cluster_database(name):
+    def make_cluster_database(name, group=0):
         s.sql(f"CREATE DATABASE {name}")
         s.sql("CREATE EXTENSION citus; SELECT citus_set_coordinator_host('localhost', %s);"
               "CREATE EXTENSION snowflake_id", (s.port,), dbname=name)
+        if group:
+            # As a worker of a cluster made anew would find it (its metadata
+            # written by hand here: one node, no coordinator to add it).
+            s.sql("UPDATE pg_dist_local_group SET groupid = %s; UPDATE pg_dist_node SET groupid = %s",
+                  (group, group), dbname=name)
 
     def wait(query, dbname, what):
         deadline = time.time() + 30
@@ -353,30 +392,47 @@ def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
              f"no claim kept in {name}")
 
     problem = "SELECT problem FROM snowflake_id.snowflake_status"
+    nextval = "SELECT snowflake_nextval()"
     try:
         make_cluster_database("first_app")
-        s.one("SELECT snowflake_nextval()", dbname="first_app")
+        assert workers_of(s, [s.one(nextval, dbname="first_app")]) == {0}
         kept_in("first_app")
         s.sql("DROP DATABASE first_app")
         # The worker id was settled: IDs go on, and the status says the
         # claim is not kept.
-        s.one("SELECT snowflake_nextval()")
+        s.one(nextval)
         wait("SELECT problem LIKE '%Citus database it was kept in was dropped%' FROM snowflake_id.snowflake_status",
              "postgres", "the dropped database is not said")
-        make_cluster_database("second_app")
-        # The first ID of a session there tells the worker: kept again.
-        s.one("SELECT snowflake_nextval()", dbname="second_app")
+        make_cluster_database("second_app", group=3)
+        # The first ID of a session there tells the worker, and is refused
+        # until the worker has read the node's group there and the claims:
+        # then IDs carry the new group.
+        got = refusal(s, dbname="second_app")
+        assert got and got[0] == "55000", got
+        deadline = time.time() + 30
+        while refusal(s, dbname="second_app"):
+            assert time.time() < deadline, s.sql(problem, dbname="second_app")
+            time.sleep(0.1)
+        assert workers_of(s, [s.one(nextval, dbname="second_app")]) == {3}
+        assert workers_of(s, [s.one(nextval)]) == {3}
         kept_in("second_app")
         wait("SELECT problem IS NULL FROM snowflake_id.snowflake_status", "postgres", "still a problem")
-        # A copy: Citus's maintenance daemon leaves its template, as the
-        # claims worker does, for the copy to be made.
-        s.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-              " WHERE datname = 'second_app' AND backend_type LIKE 'Citus%'")
-        s.sql("CREATE DATABASE app_copy TEMPLATE second_app")
+        # A copy. Citus's maintenance daemon leaves its template, as the
+        # claims worker does, for the copy to be made (tried again if the
+        # daemon came back in between).
+        deadline = time.time() + 60
+        while True:
+            s.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                  " WHERE datname = 'second_app' AND backend_type LIKE 'Citus%'")
+            try:
+                s.sql("CREATE DATABASE app_copy TEMPLATE second_app")
+                break
+            except Exception as e:  # noqa: BLE001 - "being accessed by other users", tried again
+                assert time.time() < deadline and "being accessed by other users" in str(e), e
         # A session's first ID in the copy finds its Citus metadata listing
         # this node too: said, and the claims stay where they were.
-        s.one("SELECT snowflake_nextval()", dbname="app_copy")
-        wait("SELECT problem LIKE '%databases \"second_app\" and \"app_copy\" both hold Citus metadata%'"
+        s.one(nextval, dbname="app_copy")
+        wait("SELECT problem LIKE '%databases second_app and app_copy both hold Citus metadata%'"
              " FROM snowflake_id.snowflake_status", "second_app", "the copy is not said")
         said = s.one(problem, dbname="second_app")
         assert "snowflake_id.claims_database = 'app_copy'" in said, said

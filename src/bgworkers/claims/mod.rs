@@ -21,6 +21,7 @@ use crate::citus;
 use crate::mark;
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::datadir::data_dir;
+use crate::pg::text::ident;
 use crate::pg::{error, process, signals, xlog};
 use crate::settings;
 use crate::shmem::Shmem;
@@ -28,9 +29,10 @@ use pgrx::bgworkers::BackgroundWorkerBuilder;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::claims::{
-    Claim, Claimant, Finding, Held, Memory, Observer, REFRESH_MS, STALE_AFTER_MS,
+    self, Claim, Claimant, Finding, Held, Memory, Observer, REFRESH_MS, STALE_AFTER_MS,
 };
 use snowflake_id_core::config::{self, Config};
+use snowflake_id_core::failure::literal;
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::{Class, Failure};
@@ -77,10 +79,15 @@ pub fn warning(shm: &Shmem) -> Option<String> {
 /// database up to date, and nothing on this server tells which that is.
 fn two_citus_databases(shm: &Shmem) -> Option<String> {
     let (kept, other) = (shm.claims.offered_database()?, shm.claims.other_member()?);
+    if kept == other {
+        return None;
+    }
     let name = crate::pg::database::name;
     let (kept, other) = (name(kept)?, name(other)?);
+    let (kept_id, other_id) = (ident(&kept), ident(&other));
     Some(format!(
-        "databases \"{kept}\" and \"{other}\" both hold Citus metadata that lists this node: the worker-id claim is kept, and the worker id follows Citus's group id, in \"{kept}\" (the first read since the server started); if \"{other}\" is the cluster's database, set snowflake_id.claims_database = '{other}' and restart, or drop the copy"
+        "databases {kept_id} and {other_id} both hold Citus metadata that lists this node: the worker-id claim is kept, and the worker id follows Citus's group id, in {kept_id} (the first one a session used); if {other_id} is the cluster's database, set snowflake_id.claims_database = {} and restart, or drop the copy that is not the cluster's",
+        literal(&other)
     ))
 }
 
@@ -129,21 +136,20 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
                 break Database::Citus(oid);
             }
             // IDs go on meanwhile only where the worker id was settled
-            // before: the database the claims were kept in was dropped.
-            if shm.worker.get().is_some()
-                && shm
-                    .claims
-                    .trouble()
-                    .get()
-                    .as_deref()
-                    .is_none_or(str::is_empty)
-            {
+            // without the Citus database: from the settings, or before that
+            // database was dropped.
+            if shm.worker.get().is_some() {
+                let why = if shm.claims.forgotten() {
+                    "the Citus database it was kept in was dropped"
+                } else {
+                    "no session has drawn an ID or read the status in this node's Citus database since the server started"
+                };
                 shm.claims.trouble().set(
                     &Failure::new(
                         Class::Warning,
-                        "this server's worker-id claim is not kept: the Citus database it was kept in was dropped",
+                        format!("this server's worker-id claim is not kept: {why}"),
                     )
-                    .hint("The first ID drawn, or status read, in this node's Citus database tells the claims worker where to keep it again.")
+                    .hint("The first ID drawn, or status read, in this node's Citus database tells the claims worker where to keep it.")
                     .to_text(),
                 );
             }
@@ -199,9 +205,14 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
             leave_template(shm, f);
         }
         signals::reload_if_asked();
-        if let Some(waiting) = follow_group(shm) {
-            keeper.moving = Some(waiting);
+        let group = follow_group(shm);
+        if let Group::Moved(what) = &group {
+            keeper.moving = Some(Moving {
+                what: what.clone(),
+                unread: None,
+            });
         }
+        keeper.group_read = !matches!(group, Group::Unread);
         keeper.refresh(shm);
         sleep_on_latch(REFRESH_MS);
     }
@@ -224,42 +235,57 @@ fn worker_id(shm: &Shmem, cfg: &Config) -> Option<u32> {
     }
 }
 
+/// What `follow_group` found of the node's group.
+enum Group {
+    /// Nothing to follow (the worker id is not a group id, or not settled
+    /// yet), or the group it follows.
+    Same,
+    /// The worker id moved: what changed.
+    Moved(String),
+    /// The group could not be read.
+    Unread,
+}
+
 /// On a Citus node, the worker id follows the node's group id while the
 /// server runs: Citus gives a node a new group id when it is added again
 /// (and a promoted clone its own, which it waits for: see
 /// `citus::read_worker_id`). Read at every refresh, so IDs carry the new
-/// group within one refresh of Citus writing it. The refusal that holds
-/// IDs back meanwhile, when it moved.
-fn follow_group(shm: &Shmem) -> Option<Moving> {
-    let cfg = settings::config().ok()?;
-    let config::Worker::CitusGroup { offset } = cfg.worker else {
-        return None;
+/// group within one refresh of Citus writing it.
+fn follow_group(shm: &Shmem) -> Group {
+    let Ok(cfg) = settings::config() else {
+        return Group::Unread;
     };
-    let old = shm.worker.get()?;
+    let config::Worker::CitusGroup { offset } = cfg.worker else {
+        return Group::Same;
+    };
+    let Some(old) = shm.worker.get() else {
+        return Group::Same;
+    };
     let Ok(Ok((new, origin))) =
         in_transaction(|| citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes))
     else {
-        return None;
+        return Group::Unread;
     };
     if new == old {
-        return None;
+        return Group::Same;
     }
     // Refused from before the move until a refresh has read the other
     // nodes' claims on the new id and judged them (it lifts the refusal
     // when none collides): a group id given by hand, or metadata edited,
-    // must not issue a row under an id another node holds.
-    let waiting = Moving {
-        what: format!("this node's worker id moves from {old} to {new} ({origin})"),
-        unread: None,
-    };
-    shm.claims.finding().set(&waiting.failure().to_text());
+    // must not issue a row under an id another node holds. Kept in shared
+    // memory, so that a restart of this worker alone keeps refusing.
+    let what = format!("this node's worker id moves from {old} to {new} ({origin})");
+    shm.claims.moving().set(&what);
+    shm.claims
+        .finding()
+        .set(&claims::moving(&what, None).to_text());
     mark::refuse_for_claim(shm, true);
     if shm.worker.follow(old, new) {
         log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
     }
-    Some(waiting)
+    Group::Moved(what)
 }
 
 /// Whether the worker id is a Citus group id (`worker_id_source = 'citus'`),
@@ -297,8 +323,39 @@ fn memory_path() -> std::path::PathBuf {
     data_dir().join(CLAIMS_FILE)
 }
 
+/// The memory file as it is: a file damaged past reading as UTF-8 keeps
+/// the lines that still parse (a refusal among them), and says so.
 fn read_memory() -> Memory {
-    Memory::parse(&std::fs::read_to_string(memory_path()).unwrap_or_default())
+    let bytes = match std::fs::read(memory_path()) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Memory::default(),
+        Err(e) => {
+            log!(
+                "snowflake_id: could not read {}: {e}",
+                memory_path().display()
+            );
+            return Memory::default();
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    if let std::borrow::Cow::Owned(_) = text {
+        log!(
+            "snowflake_id: {} is damaged (not UTF-8): the lines that still read are kept",
+            memory_path().display()
+        );
+    }
+    Memory::parse(&text)
+}
+
+/// A refusal of the cluster's, as remembered from the server's last run.
+fn remembered(p: Failure) -> Failure {
+    Failure {
+        message: format!(
+            "{} (when this server last ran; the coordinator has not answered since)",
+            p.message
+        ),
+        ..p
+    }
 }
 
 /// Replaced whole (see `replace_file`): a crash leaves the old memory or
@@ -324,16 +381,7 @@ pub fn start(shm: &Shmem) {
     // The cluster's word comes first, as in `Keeper::publish`; it stands
     // only where the worker id is still Citus's group id.
     if let Some(p) = memory.place.filter(|_| follows_citus()) {
-        shm.claims.finding().set(
-            &Failure {
-                message: format!(
-                    "{} (when this server last ran; it has not been asked again yet)",
-                    p.message
-                ),
-                ..p
-            }
-            .to_text(),
-        );
+        shm.claims.finding().set(&remembered(p).to_text());
         shm.refusal.set_claim(true);
         return;
     }
@@ -373,10 +421,12 @@ struct Keeper {
     /// Why IDs wait while the worker id moves to a new group's (see
     /// `follow_group`): until the other nodes' claims have been read.
     moving: Option<Moving>,
+    /// Whether this loop's `follow_group` read the node's group.
+    group_read: bool,
 }
 
-/// A worker id moving to a new group's, refused until the other nodes'
-/// claims on it have been read.
+/// A change of the worker id (or of the database claims are judged in),
+/// refused until the other nodes' claims on it have been read.
 struct Moving {
     what: String,
     /// Why the last read of them failed.
@@ -385,13 +435,7 @@ struct Moving {
 
 impl Moving {
     fn failure(&self) -> Failure {
-        let state = match &self.unread {
-            None => "the other nodes' claims on it are being read".to_string(),
-            Some(why) => format!("the other nodes' claims on it could not be read: {why}"),
-        };
-        Failure::new(Class::NotReady, format!("{}: {state}", self.what)).hint(
-            "IDs are issued again once the other nodes' claims on the new worker id have been read.",
-        )
+        claims::moving(&self.what, self.unread.as_deref())
     }
 }
 
@@ -430,7 +474,28 @@ impl Keeper {
         }
         memory.instance = instance;
         save_memory(&memory);
-        let place = memory.place.clone().filter(|_| follows_citus());
+        let place = memory
+            .place
+            .clone()
+            .filter(|_| follows_citus())
+            .map(remembered);
+        // A move still to be judged, from before this worker started: kept
+        // in shared memory, or a database offered anew since (see
+        // `citus::judge_again`), taken up here with its name.
+        let moving = if shm.claims.rejudging() {
+            let what = format!(
+                "this server's worker-id claim moves to database {}, the Citus database now",
+                ident(&db)
+            );
+            shm.claims.moving().set(&what);
+            shm.claims
+                .finding()
+                .set(&claims::moving(&what, None).to_text());
+            shm.claims.set_rejudge(false);
+            Some(what)
+        } else {
+            shm.claims.moving().get().filter(|m| !m.is_empty())
+        };
         Keeper {
             db,
             observer,
@@ -442,7 +507,8 @@ impl Keeper {
             skipped_logged: Vec::new(),
             place,
             place_logged: None,
-            moving: None,
+            moving: moving.map(|what| Moving { what, unread: None }),
+            group_read: false,
         }
     }
 
@@ -468,9 +534,13 @@ impl Keeper {
                     },
                     None => f,
                 };
+                self.still_moving(shm, &f.message);
                 return self.trouble(shm, Some(f));
             }
-            Ok(Err(f)) | Err(f) => return self.trouble(shm, Some(f)),
+            Ok(Err(f)) | Err(f) => {
+                self.still_moving(shm, &f.message);
+                return self.trouble(shm, Some(f));
+            }
         };
         self.previous = None;
         // On Citus, the other nodes' own claims too: a worker id given twice
@@ -479,7 +549,9 @@ impl Keeper {
         let mut read = read;
         let unread = match in_transaction(table::read_cluster) {
             Ok(Ok(cluster)) => {
-                self.moving = None;
+                if self.group_read && self.moving.take().is_some() {
+                    shm.claims.moving().set("");
+                }
                 read.claims.extend(cluster.claims);
                 read.skipped.extend(cluster.skipped);
                 (!cluster.unread.is_empty()).then(|| {
@@ -542,17 +614,20 @@ impl Keeper {
         // coordinator out of reach changes nothing: a refusal stands, over
         // restarts too (a removed node is often cut off from its old
         // cluster). Nor does a worker id not read this time.
+        // Only the coordinator's answer changes the remembered refusal; it
+        // is not applied while the worker id is not Citus's group id (a
+        // setting changed, or failing to load), and not forgotten either.
         if !follows_citus() {
             self.place = None;
         } else if let Some(w) = worker_id {
             if let Ok(Some(verdict)) = in_transaction(move || citus::membership_problem(w)) {
+                let refusal = verdict.clone().filter(|f| f.class == Class::NotReady);
+                if refusal != self.memory.place {
+                    self.memory.place = refusal;
+                    save_memory(&self.memory);
+                }
                 self.place = verdict;
             }
-        }
-        let refusal = self.place.clone().filter(|f| f.class == Class::NotReady);
-        if refusal != self.memory.place {
-            self.memory.place = refusal;
-            save_memory(&self.memory);
         }
         self.report_place();
         let place = self.place.clone().filter(|f| f.class == Class::NotReady);
@@ -593,6 +668,19 @@ impl Keeper {
                 self.db,
                 STALE_AFTER_MS / 1000
             );
+        }
+    }
+
+    /// A refresh that could not write this server's claim: a move waiting
+    /// to be judged says why it still waits.
+    fn still_moving(&mut self, shm: &Shmem, why: &str) {
+        let place_refuses = self
+            .place
+            .as_ref()
+            .is_some_and(|f| f.class == Class::NotReady);
+        if let Some(m) = self.moving.as_mut().filter(|_| !place_refuses) {
+            m.unread = Some(why.to_string());
+            shm.claims.finding().set(&m.failure().to_text());
         }
     }
 
