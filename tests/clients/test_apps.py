@@ -94,3 +94,34 @@ def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
     assert len(blocks) >= 20, f"only {len(blocks)} blocks found"
     strangers = [text for lang, text in blocks if not any(contains(t, lines_of(text)) for t in texts[lang])]
     assert strangers == [], "blocks of docs/applications.md that no recipe runs:\n" + "\n---\n".join(strangers)
+
+
+def test_django_link_rows_of_two_servers_meet_without_a_clash():
+    """Django's many-to-many link tables get snowflake keys under the guide's
+    recipe (DEFAULT_AUTO_FIELD, shop/fields.py): the rows two servers made,
+    brought into one database, keep every key. With identity keys, both
+    servers' link rows start at 1."""
+    django_app = os.path.join(APPS, "python", "django_app")
+    with server("django-a", conf={"snowflake_id.worker_id": 4}) as a, \
+            server("django-b", conf={"snowflake_id.worker_id": 5}) as b:
+        for s in (a, b):
+            env = {**os.environ, **application_role(s), "PYTHONDONTWRITEBYTECODE": "1"}
+            env.pop("PGPASSWORD", None)
+            run(django_app, [drivers_python(), "manage.py", "migrate", "--noinput"], env)
+            run(django_app, [drivers_python(), "manage.py", "shell", "-c",
+                             "from shop.models import Author, Post, Tag\n"
+                             "tags = Tag.objects.bulk_create([Tag(name=f't{i}') for i in range(3)])\n"
+                             "for i in range(4):\n"
+                             "    Post.objects.create(author=Author.objects.create(name='a'), title='t').tags.add(*tags)\n"],
+                env)
+        # b's rows into a's tables, keys and all.
+        for table in ("shop_author", "shop_tag", "shop_post", "shop_post_tags"):
+            with b.connect(dbname="appdb") as bc, bc.cursor() as cur:
+                cur.execute(f"SELECT * FROM {table}")
+                columns, rows = [d[0] for d in cur.description], cur.fetchall()
+            with a.connect(dbname="appdb") as ac, ac.cursor() as cur:
+                cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})",
+                                rows)
+        links = a.sql("SELECT (snowflake_decode(id)).worker_id, count(*) FROM shop_post_tags GROUP BY 1 ORDER BY 1",
+                      dbname="appdb")
+        assert links == [(4, 12), (5, 12)], links

@@ -20,7 +20,20 @@ Read in Django 5.2.19:
   django/db/models/options.py requires a subclass of AutoField), lookups use
   the 64-bit range of "BigAutoField", and every ForeignKey to it is `bigint`
   (BigAutoField.rel_db_type()).
-- It should not be settings.DEFAULT_AUTO_FIELD: see snowproj/settings.py.
+- A many-to-many link table is a model Django makes itself
+  (create_many_to_many_intermediary_model() in
+  django/db/models/fields/related.py, Meta.auto_created = the owning model).
+  In migrations its key comes from settings.DEFAULT_AUTO_FIELD, not from the
+  app's default_auto_field: the migration state's app configs
+  (AppConfigStub, django/db/migrations/state.py) do not carry it, and
+  Options._get_default_pk_class() falls back to the setting. So the setting
+  names this field too (snowproj/settings.py), and a link table takes the key
+  of the model that owns it.
+- The setting also gives Django's own django_migrations table its key
+  (MigrationRecorder.Migration in django/db/migrations/recorder.py,
+  app_label "migrations"), which `migrate` creates before any migration runs,
+  so before the one that creates the extension: that table keeps its
+  identity.
 """
 from django.db import models
 
@@ -29,6 +42,15 @@ class SnowflakeAutoField(models.BigAutoField):
     """bigint primary key with DEFAULT snowflake_nextval()."""
 
     def db_type_suffix(self, connection):
-        if connection.vendor == "postgresql":
+        if connection.vendor == "postgresql" and self.takes_snowflake_ids():
             return "DEFAULT snowflake_nextval()"
         return super().db_type_suffix(connection)
+
+    def takes_snowflake_ids(self):
+        opts = self.model._meta
+        if opts.app_label == "migrations":  # django_migrations
+            return False
+        owner = opts.auto_created  # a many-to-many link table's model
+        if owner:
+            return isinstance(owner._meta.pk, SnowflakeAutoField)
+        return True

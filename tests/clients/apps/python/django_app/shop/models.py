@@ -10,12 +10,19 @@ class Author(models.Model):
     name = models.CharField(max_length=100)
 
 
+class Tag(models.Model):
+    name = models.CharField(max_length=50)
+
+
 class Post(models.Model):
     author = models.ForeignKey(Author, on_delete=models.CASCADE, related_name="posts")
     title = models.CharField(max_length=200)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Its link table, shop_post_tags, is a model Django makes: a snowflake key
+    # too (shop/fields.py says why that takes DEFAULT_AUTO_FIELD).
+    tags = models.ManyToManyField(Tag, related_name="posts")
 
 
 # A table created before the switch to snowflake ids: migration 0003 made it

@@ -33,12 +33,11 @@ DATABASES = {
     }
 }
 
-# Not the snowflake field here: DEFAULT_AUTO_FIELD also gives Django's own
-# django_migrations table its id (MigrationRecorder.Migration in
-# django/db/migrations/recorder.py has no app config), and `migrate` creates
-# that table before it runs any migration, so on a new database (the test
-# database included) CREATE TABLE "django_migrations" (... DEFAULT
-# snowflake_nextval()) would fail before the CreateExtension migration could
-# run. Each app names the snowflake field in its AppConfig instead
-# (shop/apps.py), where `startapp` already writes default_auto_field.
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The snowflake field, for the many-to-many link tables Django makes itself:
+# their keys come from this setting, not from the app's default_auto_field
+# (see shop/fields.py). The field leaves Django's own django_migrations table
+# its identity, and gives a link table the key of the model that owns it, so
+# the link tables of Django's own apps (auth_group_permissions, ...) keep
+# theirs. Each app still names the field in its AppConfig (shop/apps.py),
+# where `startapp` writes default_auto_field, which wins over this setting.
+DEFAULT_AUTO_FIELD = "shop.fields.SnowflakeAutoField"

@@ -5,7 +5,7 @@ from django.db import connection
 from django.test import TestCase
 
 from shop.fields import SnowflakeAutoField
-from shop.models import Author, Post
+from shop.models import Author, Post, Tag
 
 from .helpers import SNOWFLAKE_KEY, column_facts
 
@@ -37,6 +37,35 @@ class SchemaTests(TestCase):
             column_facts("shop_post", "author_id"),
             {"type": "bigint", "default": None, "identity": "", "sequence": None},
         )
+
+    def test_link_tables_take_the_key_of_the_model_that_owns_them(self):
+        # Post.tags' link table is a model Django makes; its key comes from
+        # DEFAULT_AUTO_FIELD (shop/fields.py says why).
+        self.assertEqual(column_facts("shop_post_tags"), SNOWFLAKE_KEY)
+        self.assertIsInstance(Post.tags.through._meta.pk, SnowflakeAutoField)
+        # Django's own: auth.Group's key is an AutoField, so its link table
+        # keeps an identity, and so does django_migrations, made before the
+        # extension is.
+        for table in ("auth_group_permissions", "django_migrations"):
+            with self.subTest(table=table):
+                facts = column_facts(table)
+                self.assertEqual((facts["default"], facts["identity"]), (None, "d"), facts)
+
+    def test_link_rows_get_snowflake_ids(self):
+        post = Post.objects.create(author=Author.objects.create(name="a"), title="t")
+        post.tags.add(*Tag.objects.bulk_create([Tag(name=f"tag {i}") for i in range(3)]))
+        links = list(Post.tags.through.objects.filter(post=post).values_list("pk", flat=True))
+        self.assertEqual(len(links), 3)
+        self.assertTrue(all(pk > 2**31 for pk in links), links)
+
+    def test_sqlmigrate_writes_the_link_tables_default(self):
+        out = io.StringIO()
+        call_command("sqlmigrate", "shop", "0005", stdout=out)
+        self.assertIn(
+            'CREATE TABLE "shop_post_tags" ("id" bigint NOT NULL PRIMARY KEY DEFAULT snowflake_nextval()',
+            out.getvalue(),
+        )
+        self.assertNotIn("IDENTITY", out.getvalue())
 
     def test_sqlmigrate_writes_default_not_identity(self):
         out = io.StringIO()

@@ -11,6 +11,7 @@ from unittest import mock
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.db.utils import load_backend
 from django.test import TestCase
@@ -91,3 +92,15 @@ class CustomUserTests(TestCase):
             {u.pk: u.username for u in users},
             dict(User.objects.filter(username__startswith="u").values_list("pk", "username")),
         )
+
+    def test_the_users_link_tables_have_snowflake_keys(self):
+        # Made by Django from the user model's ManyToManyFields, their keys
+        # from DEFAULT_AUTO_FIELD (see shop/fields.py).
+        for table in ("accounts_user_groups", "accounts_user_user_permissions"):
+            with self.subTest(table=table):
+                self.assertEqual(column_facts(table), SNOWFLAKE_KEY)
+        User = get_user_model()
+        user = User.objects.create_user("grouped")
+        user.groups.add(Group.objects.create(name="staff"))
+        link = User.groups.through.objects.get(user=user)
+        self.assertGreater(link.pk, 2**31 - 1)
