@@ -345,6 +345,22 @@ CREATE FUNCTION "snowflake_claims_guard"()
 -- application's schema with their models and would otherwise try to drop
 -- them. Created here, the schema is the extension's member: CREATE EXTENSION
 -- fails if a schema of that name exists already, so no role can own it.
+-- A schema of that name already there (the habit of CREATE SCHEMA x;
+-- CREATE EXTENSION x SCHEMA x) stops the install: said with what to run.
+DO $clash$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'snowflake_id') THEN
+        IF '@extschema@'::pg_catalog.regnamespace OPERATOR(pg_catalog.=) 'snowflake_id'::pg_catalog.regnamespace THEN
+            RAISE EXCEPTION USING ERRCODE = '42P06',
+                MESSAGE = 'schema "snowflake_id" already exists: snowflake_id makes a schema of that name itself, for its claims table and status view, so its functions cannot be installed into it',
+                HINT = 'Install the functions into a schema of another name: ALTER SCHEMA snowflake_id RENAME TO snowflake; CREATE EXTENSION snowflake_id SCHEMA snowflake;';
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = '42P06',
+            MESSAGE = 'schema "snowflake_id" already exists: snowflake_id makes a schema of that name itself, for its claims table and status view',
+            HINT = pg_catalog.format('Rename that schema, then create the extension again: ALTER SCHEMA snowflake_id RENAME TO snowflake_id_app; CREATE EXTENSION snowflake_id SCHEMA %s;', '@extschema@');
+    END IF;
+END
+$clash$;
 CREATE SCHEMA snowflake_id;
 -- Monitoring roles read the claims and the status there.
 GRANT USAGE ON SCHEMA snowflake_id TO pg_read_all_stats;

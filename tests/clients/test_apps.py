@@ -26,7 +26,8 @@ from harness import REPO, application_role, drivers_python, server, use_opaque_k
 APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
 
-NODE_RECIPES = ["pg-strings.mjs", "pg-bigint.mjs", "postgres-js.mjs", "drizzle.mjs", "drizzle-kit-push.mjs"]
+NODE_RECIPES = ["pg-strings.mjs", "pg-bigint.mjs", "postgres-js.mjs", "drizzle.mjs", "drizzle-kit-push.mjs",
+                "drizzle-kit-pull.mjs", "more-libraries.mjs"]
 PYTHON_RECIPES = [
     # (directory under tests/clients/apps/python, arguments after the venv's python)
     ("django_app", ["manage.py", "test", "--noinput"]),

@@ -21,21 +21,14 @@
 
 // #region guide:postgresjs-setup
 import postgres from 'postgres';
-import { isInteger, isSafeNumber, parse, stringify } from 'lossless-json';
+import { json } from './lib/postgres-json.mjs'; // the json type above
 
-// JSON numbers: a Number when a Number holds the value exactly, else the
-// digits as a string (like bigint columns).
-const jsonNumber = (text) => (isInteger(text) && !isSafeNumber(text) ? text : Number(text));
-const jsonOptions = { parseNumber: jsonNumber, onDuplicateKey: ({ newValue }) => newValue };
-const json = {
-  to: 114,
-  from: [114, 3802], // json, jsonb
-  serialize: (value) => stringify(value), // lossless-json: writes BigInts as numbers too
-  parse: (text) => parse(text, null, jsonOptions),
-};
 // bigint and bigint[] stay strings (postgres.js's default).
 const sql = postgres({ types: { json } }); // PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD
 // #endregion
+
+import { isInteger, isSafeNumber, parse } from 'lossless-json';
+import { jsonOptions } from './lib/postgres-json.mjs';
 
 // #region guide:postgresjs-bigint-setup
 // The BigInt variant: bigint (and, through fetch_types, bigint[]) as BigInt,
