@@ -1,7 +1,7 @@
 """The recipes of docs/applications.md, run as an application would run them.
 
 Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
-ORM, drizzle-kit; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
+ORM, drizzle-kit, Knex, Kysely, Prisma; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
 checks its own results (uuid keys and opaque IDs in uuid_and_opaque.py) and exits non-zero on any wrong ID. Here each runs
 against a real server, with the libraries pinned in tests/clients/apps/node's lock
 file and tests/drivers/requirements.txt, as `app`: a role that is no
@@ -10,8 +10,9 @@ and the Alembic check make their own), and installs the extension itself
 (it is trusted). Both on the default layout, whose IDs do not fit a
 JavaScript Number, and on js53, whose IDs do.
 
-And the guide says only what the recipes do: every JavaScript and Python
-block of docs/applications.md is a fragment of a recipe file."""
+And the guide says only what the recipes do: every JavaScript, TypeScript,
+Prisma schema and Python block of docs/applications.md is a fragment of a
+recipe file."""
 
 import glob
 import os
@@ -27,7 +28,7 @@ APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
 
 NODE_RECIPES = ["pg-strings.mjs", "pg-bigint.mjs", "postgres-js.mjs", "drizzle.mjs", "drizzle-kit-push.mjs",
-                "drizzle-kit-pull.mjs", "more-libraries.mjs"]
+                "drizzle-kit-pull.mjs", "more-libraries.mjs", "prisma.mjs"]
 PYTHON_RECIPES = [
     # (directory under tests/clients/apps/python, arguments after the venv's python)
     ("django_app", ["manage.py", "test", "--noinput"]),
@@ -86,9 +87,13 @@ def contains(haystack, needle):
 
 def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
     with open(GUIDE) as f:
-        blocks = code_blocks(f.read(), {"js", "python"})
+        blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python"})
+    node = lambda pattern: [p for p in glob.glob(f"{APPS}/node/**/{pattern}", recursive=True)  # noqa: E731
+                            if "node_modules" not in p]
     sources = {
-        "js": [p for p in glob.glob(f"{APPS}/node/**/*.*js", recursive=True) if "node_modules" not in p],
+        "js": node("*.*js"),
+        "ts": node("*.ts"),
+        "prisma": node("*.prisma"),
         "python": glob.glob(f"{APPS}/python/**/*.py", recursive=True),
     }
     texts = {lang: [lines_of(open(p).read()) for p in paths] for lang, paths in sources.items()}
