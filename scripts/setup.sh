@@ -114,8 +114,9 @@ fi
 # The client example's and the JavaScript recipes' packages (examples/node,
 # tests/clients/apps/node), each pinned by its lock file; npm keeps what it
 # downloaded in ~/.npm, so a second clone installs from there. No install
-# scripts run (npm 11 runs none it was not told to; npm 10 would run them):
-# none is needed, and Prisma's would try to download its engines.
+# scripts run (npm 11 here skips those its allowScripts does not name; npm 10
+# would run them): none is needed, and Prisma's would try to download its
+# engines.
 for dir in examples/node tests/clients/apps/node; do
     here="$(dirname "$0")/../$dir"
     if [[ ! -f "$here/node_modules/.package-lock.json" || "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]]; then

@@ -139,17 +139,23 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_claims_guard_wrapper';
 -- run (the 0.1.0 functions installed into it, the habit of CREATE SCHEMA x;
 -- CREATE EXTENSION x SCHEMA x, or a schema of the application's).
 DO $clash$
+DECLARE
+    ext_schema pg_catalog.oid;
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'snowflake_id') THEN
-        IF '@extschema@'::pg_catalog.regnamespace OPERATOR(pg_catalog.=) 'snowflake_id'::pg_catalog.regnamespace THEN
+        -- The functions' schema, from the catalog (the extension's row is
+        -- there while its script runs), not from the script's text.
+        SELECT e.extnamespace INTO ext_schema FROM pg_catalog.pg_extension e
+         WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id';
+        IF ext_schema OPERATOR(pg_catalog.=) 'snowflake_id'::pg_catalog.regnamespace THEN
             RAISE EXCEPTION USING ERRCODE = '42P06',
                 MESSAGE = 'schema "snowflake_id" already exists: snowflake_id 0.2.0 makes a schema of that name itself, for its claims table and status view, and 0.1.0 was installed into it',
                 DETAIL = 'Column defaults call the functions by OID: renaming their schema changes nothing for them.',
-                HINT = 'Rename the schema 0.1.0 was installed into, then update, and name the new schema where snowflake_id was named (search_path, qualified calls): ALTER SCHEMA snowflake_id RENAME TO snowflake; ALTER EXTENSION snowflake_id UPDATE;';
+                HINT = 'Rename the schema 0.1.0 was installed into (as its owner), then update, and name the new schema where snowflake_id was named (search_path, qualified calls): ALTER SCHEMA snowflake_id RENAME TO snowflake; ALTER EXTENSION snowflake_id UPDATE;';
         END IF;
         RAISE EXCEPTION USING ERRCODE = '42P06',
             MESSAGE = 'schema "snowflake_id" already exists: snowflake_id 0.2.0 makes a schema of that name itself, for its claims table and status view',
-            HINT = 'Rename that schema, then update: ALTER SCHEMA snowflake_id RENAME TO snowflake_id_app; ALTER EXTENSION snowflake_id UPDATE;';
+            HINT = 'Rename that schema (as its owner), then update: ALTER SCHEMA snowflake_id RENAME TO snowflake_id_app; ALTER EXTENSION snowflake_id UPDATE;';
     END IF;
 END
 $clash$;

@@ -15,6 +15,7 @@ Prisma schema and Python block of docs/applications.md is a fragment of a
 recipe file."""
 
 import glob
+import json
 import os
 import re
 import secrets
@@ -131,3 +132,17 @@ def test_django_link_rows_of_two_servers_meet_without_a_clash():
         links = a.sql("SELECT (snowflake_decode(id)).worker_id, count(*) FROM shop_post_tags GROUP BY 1 ORDER BY 1",
                       dbname="appdb")
         assert links == [(4, 12), (5, 12)], links
+
+
+def test_the_guide_and_the_example_pin_what_the_recipes_run():
+    """Every package the guide names with a version is the version the
+    recipes' lock pins, and the example pins the same where it uses one."""
+    with open(os.path.join(APPS, "node", "package.json")) as f:
+        recipes = json.load(f)["dependencies"]
+    with open(os.path.join(REPO, "examples", "node", "package.json")) as f:
+        example = json.load(f)["dependencies"]
+    with open(GUIDE) as f:
+        pinned = re.search(r"^Pinned and run: (.*?)\(`tests/clients/apps/node`\)", f.read(), re.M | re.S).group(1)
+    named = dict(re.findall(r"(@?[\w./-]+)(?: \([^)]*\))? (\d+\.\d+\.\d+)", pinned))
+    assert named and all(recipes.get(k) == v for k, v in named.items()), (named, recipes)
+    assert all(recipes.get(k) == v for k, v in example.items()), (example, recipes)

@@ -2,11 +2,16 @@
 issue the same ID, and each ID names the server that made it."""
 
 import threading
+import time
 
 import pytest
 from harness import server
 
-PER_SERVER = 200_000
+# Each round, both servers take IDs in batches for this long, started
+# together; rounds go on until the two have issued in one same millisecond
+# (a busy machine can starve one thread for a whole round).
+ROUND_S = 0.5
+ROUNDS = 20
 
 
 @pytest.mark.parametrize("layout", ["snowflake_id", "pgedge"])
@@ -15,28 +20,37 @@ def test_servers_with_different_worker_ids_never_collide(layout):
     with server(f"two-a-{layout}", conf={**conf, "snowflake_id.worker_id": 1}) as a, server(
         f"two-b-{layout}", conf={**conf, "snowflake_id.worker_id": 2}
     ) as b:
-        made = {}
+        made = {1: [], 2: []}
+        cursors = {1: a.connect().cursor(), 2: b.connect().cursor()}
+        start = threading.Barrier(2)
 
-        def take(srv, worker):
-            cur = srv.connect().cursor()
-            ids = []
-            for _ in range(PER_SERVER // 10_000):
+        def take(worker):
+            cur = cursors[worker]
+            start.wait()
+            until = time.monotonic() + ROUND_S
+            while time.monotonic() < until:
                 cur.execute("SELECT i FROM snowflake_nextval_batch(10000) i")
-                ids.extend(r[0] for r in cur.fetchall())
+                made[worker].extend(r[0] for r in cur.fetchall())
+
+        def shared_millisecond():
+            return {i >> 22 for i in made[1]} & {i >> 22 for i in made[2]}
+
+        for _ in range(ROUNDS):
+            threads = [threading.Thread(target=take, args=(w,)) for w in (1, 2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if shared_millisecond():
+                break
+        for worker, cur in cursors.items():
             cur.execute(
                 "SELECT bool_and((snowflake_decode(i)).worker_id = %s) FROM unnest(%s::bigint[]) i",
-                (worker, ids),
+                (worker, made[worker]),
             )
-            made[worker] = (ids, cur.fetchone()[0])
-
-        threads = [threading.Thread(target=take, args=(s, w)) for s, w in ((a, 1), (b, 2))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        (ids_a, named_a), (ids_b, named_b) = made[1], made[2]
-        assert named_a and named_b, "an ID does not decode to the worker that made it"
-        assert len(set(ids_a)) == len(set(ids_b)) == PER_SERVER
+            assert cur.fetchone()[0], f"an ID of server {worker} does not decode to its worker id"
+        ids_a, ids_b = made[1], made[2]
+        assert len(set(ids_a)) == len(ids_a) and len(set(ids_b)) == len(ids_b), "a server repeated an ID"
         assert not set(ids_a) & set(ids_b), "two servers issued the same ID"
         # They were made in the same milliseconds: only the worker bits keep them apart.
-        assert {i >> 22 for i in ids_a} & {i >> 22 for i in ids_b}, "the servers never shared a millisecond"
+        assert shared_millisecond(), f"the servers never shared a millisecond in {ROUNDS} rounds"

@@ -14,16 +14,23 @@
 -- A schema of that name already there (the habit of CREATE SCHEMA x;
 -- CREATE EXTENSION x SCHEMA x) stops the install: said with what to run.
 DO $clash$
+DECLARE
+    ext_schema pg_catalog.oid;
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) 'snowflake_id') THEN
-        IF '@extschema@'::pg_catalog.regnamespace OPERATOR(pg_catalog.=) 'snowflake_id'::pg_catalog.regnamespace THEN
+        -- The functions' schema, from the catalog (the extension's row is
+        -- there while its script runs), not from the script's text.
+        SELECT e.extnamespace INTO ext_schema FROM pg_catalog.pg_extension e
+         WHERE e.extname OPERATOR(pg_catalog.=) 'snowflake_id';
+        IF ext_schema OPERATOR(pg_catalog.=) 'snowflake_id'::pg_catalog.regnamespace THEN
             RAISE EXCEPTION USING ERRCODE = '42P06',
                 MESSAGE = 'schema "snowflake_id" already exists: snowflake_id makes a schema of that name itself, for its claims table and status view, so its functions cannot be installed into it',
-                HINT = 'Install the functions into a schema of another name: ALTER SCHEMA snowflake_id RENAME TO snowflake; CREATE EXTENSION snowflake_id SCHEMA snowflake;';
+                HINT = 'Install the functions into a schema of another name (the rename as the schema''s owner): ALTER SCHEMA snowflake_id RENAME TO snowflake; CREATE EXTENSION snowflake_id SCHEMA snowflake;';
         END IF;
         RAISE EXCEPTION USING ERRCODE = '42P06',
             MESSAGE = 'schema "snowflake_id" already exists: snowflake_id makes a schema of that name itself, for its claims table and status view',
-            HINT = pg_catalog.format('Rename that schema, then create the extension again: ALTER SCHEMA snowflake_id RENAME TO snowflake_id_app; CREATE EXTENSION snowflake_id SCHEMA %s;', '@extschema@');
+            HINT = pg_catalog.format('Rename that schema (as its owner), then create the extension again: ALTER SCHEMA snowflake_id RENAME TO snowflake_id_app; CREATE EXTENSION snowflake_id SCHEMA %I;',
+                (SELECT n.nspname FROM pg_catalog.pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) ext_schema));
     END IF;
 END
 $clash$;

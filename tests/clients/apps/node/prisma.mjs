@@ -17,7 +17,8 @@
 //     that is never run, so the CLI does not try to download it.
 //   - The generated client over @prisma/adapter-pg (prisma/round-trip.ts,
 //     run with tsx): createManyAndReturn of 100 users, their 200 posts,
-//     findMany with the posts included, findUnique by a nested ID, and
+//     findMany with the posts included, findUnique by an ID read from a
+//     nested row, and
 //     $queryRaw building JSON, with IDs as numbers (rounded above 2^53: the
 //     adapter parses json with JSON.parse) and as text (exact). Every ID is
 //     compared with the server's own text of it.
@@ -91,9 +92,15 @@ await run('prisma', async () => {
     mkdirSync(join(dir, 'prisma'));
     copyFileSync(join(here, 'prisma/schema.prisma'), join(dir, 'prisma/schema.prisma'));
     copyFileSync(join(here, 'prisma/round-trip.ts'), join(dir, 'round-trip.ts'));
-    sh(join(here, 'node_modules/.bin/prisma'), ['generate'], dir, { PRISMA_SCHEMA_ENGINE_BINARY: '/bin/false' });
+    // No update check (CHECKPOINT_DISABLE): the CLI would ask Prisma's servers.
+    sh(join(here, 'node_modules/.bin/prisma'), ['generate'], dir,
+      { PRISMA_SCHEMA_ENGINE_BINARY: '/bin/false', CHECKPOINT_DISABLE: '1' });
+    // DATABASE_URL as an application sets it; here through the socket directory.
+    const url = new URL(`postgresql://${encodeURIComponent(process.env.PGUSER ?? '')}@localhost/${database}`);
+    if (process.env.PGHOST) url.searchParams.set('host', process.env.PGHOST);
+    if (process.env.PGPORT) url.searchParams.set('port', process.env.PGPORT);
     const got = JSON.parse(sh(join(here, 'node_modules/.bin/tsx'), ['round-trip.ts'], dir,
-      { PRISMA_DATABASE: database }));
+      { DATABASE_URL: url.toString() }));
 
     const truth = await inDatabase(database, async (c) => ({
       users: new Map((await c.query('SELECT name, id::text AS id FROM prisma_users')).rows.map((r) => [r.name, r.id])),

@@ -5,8 +5,7 @@
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './generated/client.ts';
 
-// The connection: PGHOST, PGPORT, PGUSER, PGPASSWORD as node-postgres reads them.
-const prisma = new PrismaClient({ adapter: new PrismaPg({ database: process.env.PRISMA_DATABASE }) });
+const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: process.env.DATABASE_URL }) });
 // BigInt IDs are exact; JSON.stringify refuses BigInts: write them as strings.
 const toJson = (value) => JSON.stringify(value, (key, v) => (typeof v === 'bigint' ? v.toString() : v));
 // #endregion
@@ -19,7 +18,8 @@ await prisma.post.createMany({
 });
 // #region guide:prisma-use
 const users = await prisma.user.findMany({ include: { posts: true }, orderBy: { id: 'asc' } });
-const one = await prisma.user.findUnique({ where: { id: users[0].id } });
+// An ID from a nested row finds its own row.
+const one = await prisma.user.findUnique({ where: { id: users[0].posts[0].authorId } });
 // Raw SQL that builds JSON: IDs as text, so no JSON.parse on the way can round them.
 const rawText = await prisma.$queryRaw`SELECT json_agg(json_build_object('id', id::text, 'name', name)) AS users FROM prisma_users`;
 // #endregion

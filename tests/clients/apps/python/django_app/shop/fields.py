@@ -52,5 +52,8 @@ class SnowflakeAutoField(models.BigAutoField):
             return False
         owner = opts.auto_created  # a many-to-many link table's model
         if owner:
-            return isinstance(owner._meta.pk, SnowflakeAutoField)
+            pk = owner._meta.pk
+            while pk.remote_field and pk.remote_field.parent_link:  # a child model's key
+                pk = pk.target_field
+            return isinstance(pk, SnowflakeAutoField)
         return True

@@ -25,6 +25,12 @@ class Post(models.Model):
     tags = models.ManyToManyField(Tag, related_name="posts")
 
 
+# A child model (multi-table inheritance): its key is a link to Post's, a
+# snowflake id, and so is its own link table's (shop_article_editors).
+class Article(Post):
+    editors = models.ManyToManyField(Author, related_name="edited")
+
+
 # A table created before the switch to snowflake ids: migration 0003 made it
 # with a 32-bit AutoField (identity), migration 0004 converted it.
 class Ticket(models.Model):

@@ -51,6 +51,15 @@ class SchemaTests(TestCase):
                 facts = column_facts(table)
                 self.assertEqual((facts["default"], facts["identity"]), (None, "d"), facts)
 
+    def test_a_child_models_link_table_takes_its_parents_key(self):
+        # Article(Post): its key is post_ptr, a link to a snowflake key.
+        self.assertEqual(column_facts("shop_article_editors"), SNOWFLAKE_KEY)
+
+    def test_makemigrations_finds_nothing_to_write(self):
+        # The setting names the snowflake field: no app of this project (nor
+        # Django's own) gets a migration from it.
+        call_command("makemigrations", "--check", "--dry-run", stdout=io.StringIO())
+
     def test_link_rows_get_snowflake_ids(self):
         post = Post.objects.create(author=Author.objects.create(name="a"), title="t")
         post.tags.add(*Tag.objects.bulk_create([Tag(name=f"tag {i}") for i in range(3)]))
