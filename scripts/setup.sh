@@ -46,6 +46,8 @@ packages=(
     # Citus, built for the cluster tests (scripts/citus-builds.sh); its
     # headers of Debian's 15 include GSSAPI's.
     libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev
+    # The Ruby and Java recipes of docs/applications.md (tests/clients/apps).
+    ruby-activerecord ruby-pg libpostgresql-jdbc-java libjackson2-databind-java
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -56,6 +58,9 @@ done
 # conflicts with Debian's).
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# A JDK for the Java recipe (run as a single source file): the one there, or
+# Debian's.
+command -v javac >/dev/null || missing+=(default-jdk-headless)
 if ((${#missing[@]})); then
     say "Installing Debian packages: ${missing[*]}"
     apt-get update -q

@@ -1,7 +1,7 @@
 """The recipes of docs/applications.md, run as an application would run them.
 
 Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
-ORM, drizzle-kit, Knex, Kysely, Prisma; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
+ORM, drizzle-kit, Knex, Kysely, Prisma; Ruby: ActiveRecord; Java: JDBC; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
 checks its own results (uuid keys and opaque IDs in uuid_and_opaque.py) and exits non-zero on any wrong ID. Here each runs
 against a real server, with the libraries pinned in tests/clients/apps/node's lock
 file and tests/drivers/requirements.txt, as `app`: a role that is no
@@ -11,8 +11,8 @@ and the Alembic check make their own), and installs the extension itself
 JavaScript Number, and on js53, whose IDs do.
 
 And the guide says only what the recipes do: every JavaScript, TypeScript,
-Prisma schema and Python block of docs/applications.md is a fragment of a
-recipe file."""
+Prisma schema, Python, Ruby and Java block of docs/applications.md is a
+fragment of a recipe file."""
 
 import glob
 import json
@@ -42,6 +42,11 @@ PYTHON_RECIPES = [
 ]
 
 
+# Debian's libpostgresql-jdbc-java and libjackson2-databind-java.
+JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}.jar" for jar in (
+    "postgresql", "jackson-databind", "jackson-core", "jackson-annotations"))
+
+
 def run(cwd, command, env):
     out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     text = out.stdout + out.stderr
@@ -52,7 +57,9 @@ def run(cwd, command, env):
 
 @pytest.mark.parametrize("layout", ["snowflake_id", "js53"])
 def test_every_recipe_as_an_application_role(layout):
-    with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'"}) as s:
+    # On localhost too: the JDBC driver speaks TCP only.
+    with server(f"apps-{layout}", conf={"snowflake_id.worker_id": 4, "snowflake_id.layout": f"'{layout}'",
+                                        "listen_addresses": "'localhost'"}) as s:
         # The operator's part of opaque IDs: a key file only the server
         # reads, outside the data directory (as the README says).
         use_opaque_keys(s, f"1 {secrets.token_hex(32)}\n")
@@ -64,6 +71,10 @@ def test_every_recipe_as_an_application_role(layout):
         for where, args in PYTHON_RECIPES:
             text = run(os.path.join(APPS, "python", where), [python, *args], env)
             assert re.search(r"^OK\b", text, re.M), text[-2000:]
+        text = run(os.path.join(APPS, "java"), ["java", "-cp", JAVA_CLASSPATH, "Ids.java"], env)
+        assert re.search(r"^OK java$", text, re.M), text[-2000:]
+        text = run(os.path.join(APPS, "ruby"), ["ruby", "active_record.rb"], env)
+        assert re.search(r"^OK ruby$", text, re.M), text[-2000:]
         # Nothing the recipes did made the role more than it was.
         assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
 
@@ -88,7 +99,7 @@ def contains(haystack, needle):
 
 def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
     with open(GUIDE) as f:
-        blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python"})
+        blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python", "ruby", "java"})
     node = lambda pattern: [p for p in glob.glob(f"{APPS}/node/**/{pattern}", recursive=True)  # noqa: E731
                             if "node_modules" not in p]
     sources = {
@@ -96,6 +107,8 @@ def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
         "ts": node("*.ts"),
         "prisma": node("*.prisma"),
         "python": glob.glob(f"{APPS}/python/**/*.py", recursive=True),
+        "ruby": glob.glob(f"{APPS}/ruby/*.rb"),
+        "java": glob.glob(f"{APPS}/java/*.java"),
     }
     texts = {lang: [lines_of(open(p).read()) for p in paths] for lang, paths in sources.items()}
     assert len(blocks) >= 20, f"only {len(blocks)} blocks found"
