@@ -4,14 +4,10 @@ every node (`snowflake_id.worker_id_source = 'citus'` and nothing more: the
 install block of docs/citus.md; the claims live in the Citus database without
 being named), talking over loopback."""
 
-import harness
 from harness import Server
 
-# Nodes listen on TCP (Citus connects by host and port), where a port in
-# Linux's ephemeral range (32768 to 60999) can be taken at any moment by the
-# client end of one of the cluster's own connections: below it.
-if harness._next_port[0] >= 32768:
-    harness._next_port[0] -= 30000
+# Nodes listen on TCP (Citus connects by host and port): the harness keeps
+# every server's port out of Linux's ephemeral range.
 
 SOURCE = {"snowflake_id.worker_id": None, "snowflake_id.worker_id_source": "'citus'"}
 

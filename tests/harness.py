@@ -28,7 +28,13 @@ _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 _WORKER_INDEX = int(_XDIST_WORKER[2:]) if _XDIST_WORKER.startswith("gw") else 0
 WORK = os.path.join(os.environ.get("SNOWFLAKE_TEST_DIR", "/tmp/snowflake_id-tests"), _XDIST_WORKER)
 os.makedirs(WORK, exist_ok=True)
-_next_port = [int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400")) + 100 * _WORKER_INDEX]
+# Some servers listen on TCP (Citus nodes, the JDBC recipe's), where a port in
+# Linux's ephemeral range (32768 to 60999) can be taken at any moment by the
+# client end of some connection: every lane's ports are moved below it.
+_base_port = int(os.environ.get("SNOWFLAKE_TEST_PORT", "55400"))
+if _base_port >= 32768:
+    _base_port -= 30000
+_next_port = [_base_port + 100 * _WORKER_INDEX]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

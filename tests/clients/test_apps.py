@@ -97,7 +97,7 @@ def contains(haystack, needle):
     return any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
 
 
-def test_every_javascript_and_python_block_of_the_guide_is_recipe_code():
+def test_every_code_block_of_the_guide_is_recipe_code():
     with open(GUIDE) as f:
         blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python", "ruby", "java"})
     node = lambda pattern: [p for p in glob.glob(f"{APPS}/node/**/{pattern}", recursive=True)  # noqa: E731

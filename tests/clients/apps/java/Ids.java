@@ -72,6 +72,8 @@ public class Ids {
     }
 
     public static void main(String[] args) throws Exception {
+        check(org.postgresql.util.DriverInfo.DRIVER_VERSION.startsWith("42.5."),
+            "pgjdbc " + org.postgresql.util.DriverInfo.DRIVER_VERSION + ", not 42.5");
         try (Connection c = connect()) {
             try (Statement s = c.createStatement()) {
                 s.execute("CREATE TEMP TABLE items (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), name text UNIQUE NOT NULL)");
@@ -108,7 +110,8 @@ public class Ids {
             }
             check(new HashSet<>(batch).size() == 100, "the batch's keys are not distinct");
             check(id > (1L << 53) == !"js53".equals(layout(c)), "the IDs are not where the layout puts them");
-            System.out.println("keys: 1 row and a batch of 100, every key the server's, as longs");
+            System.out.println("keys: 1 row and a batch of 100, every key the server's, as longs (pgjdbc "
+                + org.postgresql.util.DriverInfo.DRIVER_VERSION + ")");
 
             // RETURN_GENERATED_KEYS: the whole row comes back (RETURNING *).
             try (Statement s = c.createStatement()) {
