@@ -10,10 +10,14 @@ from harness import PG_BIN, Server
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
+def install_0_1_0_script():
+    """The released install script, as a server that had 0.1.0 installed holds it."""
     share = subprocess.run([f"{PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
-    # The released install script, as a server that had 0.1.0 installed holds it.
     shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+
+
+def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
+    install_0_1_0_script()
     srv = Server("upgrade")
     srv.start()
     try:
@@ -104,8 +108,7 @@ def test_a_schema_named_snowflake_id_is_said_with_a_hint_that_works():
     the application's of that name: the install and the update from 0.1.0
     stop with 42P06 and a HINT whose statements, run as written by the
     application's role, get through."""
-    share = subprocess.run([f"{PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
-    shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+    install_0_1_0_script()
     srv = Server("schema-clash")
     srv.start()
     try:

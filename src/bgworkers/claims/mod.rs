@@ -206,11 +206,8 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
         }
         signals::reload_if_asked();
         let group = follow_group(shm);
-        if let Group::Moved(what) = &group {
-            keeper.moving = Some(Moving {
-                what: what.clone(),
-                unread: None,
-            });
+        if matches!(group, Group::Moved) {
+            keeper.moving_unread = None;
         }
         keeper.group_read = !matches!(group, Group::Unread);
         keeper.refresh(shm);
@@ -240,8 +237,8 @@ enum Group {
     /// Nothing to follow (the worker id is not a group id, or not settled
     /// yet), or the group it follows.
     Same,
-    /// The worker id moved: what changed.
-    Moved(String),
+    /// The worker id moved (`ClaimsState::moving` says from what to what).
+    Moved,
     /// The group could not be read.
     Unread,
 }
@@ -274,18 +271,32 @@ fn follow_group(shm: &Shmem) -> Group {
     // when none collides): a group id given by hand, or metadata edited,
     // must not issue a row under an id another node holds. Kept in shared
     // memory, so that a restart of this worker alone keeps refusing.
-    let what = format!("this node's worker id moves from {old} to {new} ({origin})");
-    shm.claims.moving().set(&what);
-    shm.claims
-        .finding()
-        .set(&claims::moving(&what, None).to_text());
-    mark::refuse_for_claim(shm, true);
+    hold_for_move(
+        shm,
+        &format!("this node's worker id moves from {old} to {new} ({origin})"),
+    );
     if shm.worker.follow(old, new) {
         log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
     }
-    Group::Moved(what)
+    Group::Moved
+}
+
+/// Refuses IDs for a change of the worker id, or of the database claims are
+/// judged in (`what`), until a refresh has read the other nodes' claims:
+/// kept in shared memory, so that a restart of this worker alone keeps it.
+fn hold_for_move(shm: &Shmem, what: &str) {
+    shm.claims.moving().set(what);
+    shm.claims
+        .finding()
+        .set(&claims::moving(what, None).to_text());
+    mark::refuse_for_claim(shm, true);
+}
+
+/// The move waiting to be judged, if one is (see `hold_for_move`).
+fn moving_what(shm: &Shmem) -> Option<String> {
+    shm.claims.moving().get().filter(|m| !m.is_empty())
 }
 
 /// Whether the worker id is a Citus group id (`worker_id_source = 'citus'`),
@@ -418,25 +429,11 @@ struct Keeper {
     /// the cluster (`None`: nothing wrong), and what the log was last told.
     place: Option<Failure>,
     place_logged: Option<String>,
-    /// Why IDs wait while the worker id moves to a new group's (see
-    /// `follow_group`): until the other nodes' claims have been read.
-    moving: Option<Moving>,
+    /// Why the last read of the other nodes' claims failed, while a move
+    /// (`ClaimsState::moving`, see `hold_for_move`) waits for one.
+    moving_unread: Option<String>,
     /// Whether this loop's `follow_group` read the node's group.
     group_read: bool,
-}
-
-/// A change of the worker id (or of the database claims are judged in),
-/// refused until the other nodes' claims on it have been read.
-struct Moving {
-    what: String,
-    /// Why the last read of them failed.
-    unread: Option<String>,
-}
-
-impl Moving {
-    fn failure(&self) -> Failure {
-        claims::moving(&self.what, self.unread.as_deref())
-    }
 }
 
 impl Keeper {
@@ -479,23 +476,19 @@ impl Keeper {
             .clone()
             .filter(|_| follows_citus())
             .map(remembered);
-        // A move still to be judged, from before this worker started: kept
-        // in shared memory, or a database offered anew since (see
-        // `citus::judge_again`), taken up here with its name.
-        let moving = if shm.claims.rejudging() {
-            let what = format!(
-                "this server's worker-id claim moves to database {}, the Citus database now",
-                ident(&db)
+        // A database offered anew while IDs were issued (see
+        // `citus::judge_again`), taken up here with its name. A move from
+        // before this worker started is in shared memory already.
+        if shm.claims.rejudging() {
+            hold_for_move(
+                shm,
+                &format!(
+                    "this server's worker-id claim moves to database {}, the Citus database now",
+                    ident(&db)
+                ),
             );
-            shm.claims.moving().set(&what);
-            shm.claims
-                .finding()
-                .set(&claims::moving(&what, None).to_text());
             shm.claims.set_rejudge(false);
-            Some(what)
-        } else {
-            shm.claims.moving().get().filter(|m| !m.is_empty())
-        };
+        }
         Keeper {
             db,
             observer,
@@ -507,7 +500,7 @@ impl Keeper {
             skipped_logged: Vec::new(),
             place,
             place_logged: None,
-            moving: moving.map(|what| Moving { what, unread: None }),
+            moving_unread: None,
             group_read: false,
         }
     }
@@ -549,8 +542,9 @@ impl Keeper {
         let mut read = read;
         let unread = match in_transaction(table::read_cluster) {
             Ok(Ok(cluster)) => {
-                if self.group_read && self.moving.take().is_some() {
+                if self.group_read && moving_what(shm).is_some() {
                     shm.claims.moving().set("");
+                    self.moving_unread = None;
                 }
                 read.claims.extend(cluster.claims);
                 read.skipped.extend(cluster.skipped);
@@ -575,8 +569,8 @@ impl Keeper {
                     .to_string();
                 // A worker id that just moved stays refused: no node's claim
                 // on it has been judged yet.
-                if let Some(m) = &mut self.moving {
-                    m.unread = Some(why.clone());
+                if moving_what(shm).is_some() {
+                    self.moving_unread = Some(why.clone());
                 }
                 Some(Failure::new(
                     Class::Warning,
@@ -631,7 +625,7 @@ impl Keeper {
         }
         self.report_place();
         let place = self.place.clone().filter(|f| f.class == Class::NotReady);
-        let moving = self.moving.as_ref().map(Moving::failure);
+        let moving = self.moving(shm);
         self.publish(
             shm,
             &findings,
@@ -678,10 +672,18 @@ impl Keeper {
             .place
             .as_ref()
             .is_some_and(|f| f.class == Class::NotReady);
-        if let Some(m) = self.moving.as_mut().filter(|_| !place_refuses) {
-            m.unread = Some(why.to_string());
-            shm.claims.finding().set(&m.failure().to_text());
+        if place_refuses || moving_what(shm).is_none() {
+            return;
         }
+        self.moving_unread = Some(why.to_string());
+        if let Some(f) = self.moving(shm) {
+            shm.claims.finding().set(&f.to_text());
+        }
+    }
+
+    /// The refusal of a move waiting to be judged, if one is.
+    fn moving(&self, shm: &Shmem) -> Option<Failure> {
+        moving_what(shm).map(|what| claims::moving(&what, self.moving_unread.as_deref()))
     }
 
     /// What the coordinator's metadata says of this node, told to the log
