@@ -48,6 +48,8 @@ packages=(
     libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev
     # The Ruby and Java recipes of docs/applications.md (tests/clients/apps).
     ruby-activerecord ruby-pg libpostgresql-jdbc-java libjackson2-databind-java
+    # And the Go recipe's compiler (its libraries' sources: below).
+    golang-go
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -142,6 +144,36 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import psycopg, asy
     /usr/bin/python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
     chmod -R a+rX "$venv"
+fi
+
+# The Go recipe's libraries (tests/clients/apps/go): pgx v4 and what it
+# imports, as Debian 12 packages their sources, unpacked into a GOPATH of
+# their own outside the repository (the recipe builds in GOPATH mode, with
+# no module download). Not installed as packages: pgx's package pulls in
+# every logging library pgx has an adapter for, and through one of them
+# libsystemd-dev, which would upgrade this machine's systemd.
+gopath="${SNOWFLAKE_GOPATH:-/var/cache/snowflake_id/gopath-pgx-v4}"
+if [[ ! -f "$gopath/VERSIONS" ]]; then
+    say "Unpacking pgx v4's sources for the Go recipe (apt-get download, into $gopath)"
+    debs=$(mktemp -d)
+    chown _apt "$debs" 2>/dev/null || true
+    sources=(golang-github-jackc-pgx-v4-dev golang-github-jackc-pgconn-dev golang-github-jackc-pgtype-dev
+        golang-github-jackc-pgproto3-v2-dev golang-github-jackc-pgio-dev golang-github-jackc-chunkreader-v2-dev
+        golang-github-jackc-pgpassfile-dev golang-github-jackc-pgservicefile-dev golang-github-jackc-puddle-dev
+        golang-golang-x-crypto-dev golang-golang-x-text-dev)
+    # Package lists may be absent when every package above was there already.
+    (cd "$debs" && { apt-get download -q "${sources[@]}" || { apt-get update -q && apt-get download -q "${sources[@]}"; }; })
+    rm -rf "$gopath"
+    for deb in "$debs"/*.deb; do
+        dpkg-deb -x "$deb" "$debs/root"
+        dpkg-deb -W --showformat='${Package} ${Version}\n' "$deb" >>"$debs/VERSIONS"
+    done
+    mkdir -p "$gopath"
+    mv "$debs/root/usr/share/gocode/src" "$gopath/src"
+    # Last: a GOPATH with its VERSIONS is complete.
+    mv "$debs/VERSIONS" "$gopath/VERSIONS"
+    chmod -R a+rX "$gopath"
+    rm -rf "$debs"
 fi
 
 # The other majors the extension is built and tested on (the demo and the

@@ -46,6 +46,12 @@ def drivers_python():
     return os.path.join(os.environ.get("SNOWFLAKE_VENV") or f"/var/cache/snowflake_id/venv-{digest}", "bin", "python")
 
 
+def go_path():
+    """The GOPATH scripts/setup.sh fills with the sources of pgx v4 and what it
+    imports, as Debian packages them (its VERSIONS names each package)."""
+    return os.environ.get("SNOWFLAKE_GOPATH") or "/var/cache/snowflake_id/gopath-pgx-v4"
+
+
 def _as_postgres(cmd, env=None, check=True, host_name=None, **kw):
     """Runs `cmd` as the postgres user (directly if we already are it);
     with host_name, in a UTS namespace of its own where the host is called

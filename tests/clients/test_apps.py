@@ -1,7 +1,7 @@
 """The recipes of docs/applications.md, run as an application would run them.
 
 Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
-ORM, drizzle-kit, Knex, Kysely, Prisma; Ruby: ActiveRecord; Java: JDBC; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
+ORM, drizzle-kit, Knex, Kysely, Prisma; Ruby: ActiveRecord; Java: JDBC; Go: pgx and database/sql; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
 checks its own results (uuid keys and opaque IDs in uuid_and_opaque.py) and exits non-zero on any wrong ID. Here each runs
 against a real server, with the libraries pinned in tests/clients/apps/node's lock
 file and tests/drivers/requirements.txt, as `app`: a role that is no
@@ -11,7 +11,7 @@ and the Alembic check make their own), and installs the extension itself
 JavaScript Number, and on js53, whose IDs do.
 
 And the guide says only what the recipes do: every JavaScript, TypeScript,
-Prisma schema, Python, Ruby and Java block of docs/applications.md is a
+Prisma schema, Python, Ruby, Java and Go block of docs/applications.md is a
 fragment of a recipe file."""
 
 import glob
@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from harness import REPO, application_role, drivers_python, server, use_opaque_keys
+from harness import REPO, application_role, drivers_python, go_path, server, use_opaque_keys
 
 APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
@@ -45,6 +45,15 @@ PYTHON_RECIPES = [
 # Debian's libpostgresql-jdbc-java and libjackson2-databind-java.
 JAVA_CLASSPATH = ":".join(f"/usr/share/java/{jar}.jar" for jar in (
     "postgresql", "jackson-databind", "jackson-core", "jackson-annotations"))
+
+
+def go_env(env):
+    """The Go recipe builds in GOPATH mode against the packages' sources
+    setup.sh unpacked: no module, no download."""
+    with open(os.path.join(go_path(), "VERSIONS")) as f:
+        versions = dict(line.split() for line in f)
+    assert versions["golang-github-jackc-pgx-v4-dev"].startswith("4.15."), versions
+    return {**env, "GO111MODULE": "off", "GOPROXY": "off", "GOPATH": go_path()}
 
 
 def run(cwd, command, env):
@@ -75,6 +84,11 @@ def test_every_recipe_as_an_application_role(layout):
         assert re.search(r"^OK java$", text, re.M), text[-2000:]
         text = run(os.path.join(APPS, "ruby"), ["ruby", "active_record.rb"], env)
         assert re.search(r"^OK ruby$", text, re.M), text[-2000:]
+        # Go's own checks first: formatted as gofmt writes it, and vet.
+        assert run(os.path.join(APPS, "go"), ["gofmt", "-l", "."], env).strip() == ""
+        run(os.path.join(APPS, "go"), ["go", "vet", "ids.go"], go_env(env))
+        text = run(os.path.join(APPS, "go"), ["go", "run", "ids.go"], go_env(env))
+        assert re.search(r"^OK go$", text, re.M), text[-2000:]
         # Nothing the recipes did made the role more than it was.
         assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
 
@@ -99,7 +113,7 @@ def contains(haystack, needle):
 
 def test_every_code_block_of_the_guide_is_recipe_code():
     with open(GUIDE) as f:
-        blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python", "ruby", "java"})
+        blocks = code_blocks(f.read(), {"js", "ts", "prisma", "python", "ruby", "java", "go"})
     node = lambda pattern: [p for p in glob.glob(f"{APPS}/node/**/{pattern}", recursive=True)  # noqa: E731
                             if "node_modules" not in p]
     sources = {
@@ -109,6 +123,7 @@ def test_every_code_block_of_the_guide_is_recipe_code():
         "python": glob.glob(f"{APPS}/python/**/*.py", recursive=True),
         "ruby": glob.glob(f"{APPS}/ruby/*.rb"),
         "java": glob.glob(f"{APPS}/java/*.java"),
+        "go": glob.glob(f"{APPS}/go/*.go"),
     }
     texts = {lang: [lines_of(open(p).read()) for p in paths] for lang, paths in sources.items()}
     assert len(blocks) >= 20, f"only {len(blocks)} blocks found"
