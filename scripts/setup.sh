@@ -153,27 +153,40 @@ fi
 # every logging library pgx has an adapter for, and through one of them
 # libsystemd-dev, which would upgrade this machine's systemd.
 gopath="${SNOWFLAKE_GOPATH:-/var/cache/snowflake_id/gopath-pgx-v4}"
-if [[ ! -f "$gopath/VERSIONS" ]]; then
+go_sources=(golang-github-jackc-pgx-v4-dev golang-github-jackc-pgconn-dev golang-github-jackc-pgtype-dev
+    golang-github-jackc-pgproto3-v2-dev golang-github-jackc-pgio-dev golang-github-jackc-chunkreader-v2-dev
+    golang-github-jackc-pgpassfile-dev golang-github-jackc-pgservicefile-dev golang-github-jackc-puddle-dev
+    golang-golang-x-crypto-dev golang-golang-x-text-dev)
+# Complete when its VERSIONS (written last) names every package above.
+go_complete() {
+    local p
+    for p in "${go_sources[@]}"; do grep -qs "^$p " "$gopath/VERSIONS" || return 1; done
+}
+if ! go_complete; then
     say "Unpacking pgx v4's sources for the Go recipe (apt-get download, into $gopath)"
     debs=$(mktemp -d)
+    trap 'rm -rf "$debs"' EXIT
     chown _apt "$debs" 2>/dev/null || true
-    sources=(golang-github-jackc-pgx-v4-dev golang-github-jackc-pgconn-dev golang-github-jackc-pgtype-dev
-        golang-github-jackc-pgproto3-v2-dev golang-github-jackc-pgio-dev golang-github-jackc-chunkreader-v2-dev
-        golang-github-jackc-pgpassfile-dev golang-github-jackc-pgservicefile-dev golang-github-jackc-puddle-dev
-        golang-golang-x-crypto-dev golang-golang-x-text-dev)
     # Package lists may be absent when every package above was there already.
-    (cd "$debs" && { apt-get download -q "${sources[@]}" || { apt-get update -q && apt-get download -q "${sources[@]}"; }; })
+    if ! (cd "$debs" && apt-get download -q "${go_sources[@]}"); then
+        rm -f "$debs"/*.deb
+        apt-get update -q
+        (cd "$debs" && apt-get download -q "${go_sources[@]}")
+    fi
     rm -rf "$gopath"
+    mkdir -p "$debs/root"
     for deb in "$debs"/*.deb; do
         dpkg-deb -x "$deb" "$debs/root"
         dpkg-deb -W --showformat='${Package} ${Version}\n' "$deb" >>"$debs/VERSIONS"
     done
     mkdir -p "$gopath"
     mv "$debs/root/usr/share/gocode/src" "$gopath/src"
+    chmod -R a+rX "$gopath"
     # Last: a GOPATH with its VERSIONS is complete.
     mv "$debs/VERSIONS" "$gopath/VERSIONS"
-    chmod -R a+rX "$gopath"
+    chmod a+r "$gopath/VERSIONS"
     rm -rf "$debs"
+    trap - EXIT
 fi
 
 # The other majors the extension is built and tested on (the demo and the

@@ -8,11 +8,11 @@
 #      sources come from the mirror apt is configured with
 #      (tests/packaging/test_builds.py), that META.json is valid
 #      (tests/packaging/test_meta.py), and that the sources' layers import
-#      only downward (tests/packaging/test_layers.py)
+#      only downward and the docs hold together (tests/source)
 #   4. #[pg_test] tests inside a real PostgreSQL (cargo pgrx test)
 #   5. that sql/ holds the install script the code generates
 #   6. against real servers started for the purpose: pg_regress files and
-#      the update from 0.1.0 (tests/packaging), then one server's behaviour
+#      the update from 0.1.0 (tests/regress, tests/packaging), then one server's behaviour
 #      (tests/server: concurrency, crashes with kill -9, clock steps with
 #      libfaketime, settings, security, snowflake_convert under load),
 #      replication and copies between clusters (tests/replication), and
@@ -276,7 +276,7 @@ layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
 # the builds.
 fallback_lane() {
     layer all fallback "A major nobody serves is skipped and said; a required one fails the run; the machine's mirror; META.json; layers" \
-        pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/packaging/test_layers.py
+        pytest tests/packaging/test_builds.py tests/packaging/test_meta.py tests/source
 }
 
 # What the system's major needs besides: the client libraries.
@@ -348,7 +348,7 @@ layer "$m" schema "sql/: the committed install script matches what the code gene
 # own), so that one run says everything that fails; it fails at its end.
 system_lane() {
     local rc=0
-    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/regress/test_regress.py || rc=1
     layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
         pytest_spread "${server_tests[@]}" || rc=1
@@ -429,7 +429,7 @@ other_lane() {
     if [[ $m == "$newest" ]]; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
     fi
-    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/packaging/test_regress.py || rc=1
+    layer "$m" regress "PostgreSQL $m: regression files" pytest tests/regress/test_regress.py || rc=1
     oldest=$(oldest_available)
     if [[ $m != "$oldest" ]] && wanted update; then
         # pg_upgrade from the oldest major built here, once it has the

@@ -16,18 +16,20 @@
 //   - Exec without arguments runs the simple protocol (conn.go, exec): a
 //     migration of several statements runs as one string.
 //   - CopyFrom returns a count of rows, never their keys (copy_from.go).
-//   - A json column scanned into anything but a string or bytes goes through
-//     encoding/json's Unmarshal (pgtype/json.go, AssignTo): into an int64
-//     field, exact; into an interface{}, a float64, which rounds IDs above
-//     2^53.
+//   - A json column scanned into anything but a string, bytes or an
+//     sql.Scanner goes through encoding/json's Unmarshal (pgtype/json.go,
+//     AssignTo): into an int64 field, exact; into an interface{}, a float64,
+//     which rounds most IDs above 2^53.
 //   - database/sql: the stdlib driver's Exec returns driver.RowsAffected
-//     (stdlib/sql.go), whose LastInsertId is an error by definition
-//     (database/sql/driver): the key comes back only with RETURNING.
+//     (stdlib/sql.go), whose LastInsertId always answers an error
+//     (database/sql/driver/driver.go): the key comes back only with
+//     RETURNING.
 //
 // encoding/json writes an int64's every digit; a JavaScript client reading
 // that JSON rounds it: the recipe writes IDs for browsers as strings.
 //
-// Prints what it checked and "OK go", or "FAIL go: ..." and exits 1.
+// Prints what it checked and "OK go", or "FAIL go: ..." and exits 1 (after
+// dropping the tables it made, so it can run again).
 package main
 
 import (
@@ -44,10 +46,12 @@ import (
 	_ "github.com/jackc/pgx/v4/stdlib"
 )
 
+// A failed check: main's deferred cleanup runs, then the run exits 1.
+type failure string
+
 func check(ok bool, format string, args ...interface{}) {
 	if !ok {
-		fmt.Printf("FAIL go: "+format+"\n", args...)
-		os.Exit(1)
+		panic(failure(fmt.Sprintf(format, args...)))
 	}
 }
 
@@ -101,25 +105,61 @@ func truth(ctx context.Context, pool *pgxpool.Pool) map[string]string {
 }
 
 func main() {
+	os.Exit(run())
+}
+
+// The extension's version and how many objects it has: the recipe must
+// leave both as they were.
+func extension(ctx context.Context, pool *pgxpool.Pool) string {
+	var v string
+	must(pool.QueryRow(ctx, `SELECT e.extversion || ' ' || count(d.objid)
+		FROM pg_extension e JOIN pg_depend d ON d.refobjid = e.oid AND d.deptype = 'e'
+		WHERE e.extname = 'snowflake_id' GROUP BY e.extversion`).Scan(&v), "reading the extension")
+	return v
+}
+
+func run() (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(failure)
+			if !ok {
+				panic(r)
+			}
+			fmt.Println("FAIL go:", string(f))
+			code = 1
+		}
+	}()
 	ctx := context.Background()
-	// An empty connection string: pgx takes PGHOST, PGPORT, PGUSER and
-	// PGDATABASE from the environment.
+	// #region guide:go-connect
+	// An empty connection string: pgx takes PGHOST, PGPORT, PGUSER,
+	// PGDATABASE (and the rest of libpq's variables) from the environment.
 	pool, err := pgxpool.Connect(ctx, "")
+	// #endregion
 	must(err, "connecting")
 	defer pool.Close()
+	before := extension(ctx, pool)
 	var exists bool
 	must(pool.QueryRow(ctx, "SELECT to_regclass('go_items') IS NOT NULL OR to_regclass('go_parts') IS NOT NULL").Scan(&exists), "looking for the tables")
 	check(!exists, "go_items or go_parts exists already")
 	_, err = pool.Exec(ctx, migration)
 	must(err, "the migration")
+	dropped := false
 	defer func() {
+		if dropped {
+			return
+		}
 		if _, err := pool.Exec(ctx, "DROP TABLE go_parts, go_items"); err != nil {
 			fmt.Println("cleanup:", err)
 		}
 	}()
-	var layout, def string
-	must(pool.QueryRow(ctx, "SELECT current_setting('snowflake_id.layout'), pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'go_items'::regclass").Scan(&layout, &def), "reading the default")
-	check(def == "snowflake_nextval()", "the key's default is %q", def)
+	var layout string
+	must(pool.QueryRow(ctx, "SELECT current_setting('snowflake_id.layout')").Scan(&layout), "reading the layout")
+	for _, table := range []string{"go_items", "go_parts"} {
+		var def string
+		must(pool.QueryRow(ctx, "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = $1::regclass AND adnum = 1", table).Scan(&def), "reading the default")
+		check(def == "snowflake_nextval()", "%s's key default is %q", table, def)
+	}
+	check(extension(ctx, pool) == before, "the migration changed the extension: %s, before %s", extension(ctx, pool), before)
 
 	// #region guide:go-insert
 	// One row: RETURNING the key, read into an int64.
@@ -192,7 +232,9 @@ func main() {
 	must(pool.QueryRow(ctx, "SELECT json_agg(i) FROM go_items i").Scan(&loose), "json_agg into maps")
 	rounded := 0
 	for _, m := range loose {
-		if strconv.FormatFloat(m["id"].(float64), 'f', -1, 64) != t[m["name"].(string)] {
+		id, err := strconv.ParseInt(t[m["name"].(string)], 10, 64)
+		must(err, "the server's ID")
+		if int64(m["id"].(float64)) != id {
 			rounded++
 		}
 	}
@@ -219,8 +261,10 @@ func main() {
 	fmt.Printf("JSON: int64 fields exact; interface{} rounds %d of %d on %s (UseNumber keeps them); browsers get strings\n", rounded, len(loose), layout)
 
 	// database/sql, through pgx's driver: RETURNING gives the key;
-	// LastInsertId is an error, as database/sql defines it.
-	db, err := sql.Open("pgx", "")
+	// LastInsertId is an error.
+	// #region guide:go-connect-sql
+	db, err := sql.Open("pgx", "") // the same environment variables
+	// #endregion
 	must(err, "opening database/sql")
 	defer db.Close()
 	// #region guide:go-database-sql
@@ -234,5 +278,12 @@ func main() {
 	_, err = res.LastInsertId()
 	check(err != nil, "LastInsertId answered")
 	fmt.Println("database/sql: RETURNING into an int64 exact; LastInsertId is an error")
+	// Dropped here, not only deferred: the extension is checked after.
+	_, err = pool.Exec(ctx, "DROP TABLE go_parts, go_items")
+	must(err, "dropping the tables")
+	dropped = true
+	check(extension(ctx, pool) == before, "the recipe changed the extension: %s, before %s", extension(ctx, pool), before)
+	fmt.Println("the extension: its version and objects as they were")
 	fmt.Println("OK go")
+	return 0
 }

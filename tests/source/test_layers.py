@@ -1,5 +1,6 @@
-"""The shell's layers import only downward, and no file of the shell or the
-core imports another in a circle (README, "Development"). Read from the
+"""The shell's layers import only downward, no file of the shell or the
+core imports another in a circle, and CONTRIBUTING.md's map names every
+layer (so the map cannot go stale). Read from the
 sources, as the compiler sees the paths they name: `crate::a::b`,
 `super::c`, and grouped `use` lists of either."""
 
@@ -139,3 +140,18 @@ def test_the_checks_catch_what_they_look_for():
     assert circles(edges) == [[("a",), ("b",), ("a",)]]
     text = "use crate::api::status;\nuse super::{x, y as z};\n// crate::bgworkers in a comment\n"
     assert named_paths(text) == [("super", "x"), ("super", "y"), ("crate", "api::status")]
+
+
+def test_the_map_names_every_layer_and_every_part_of_src():
+    text = open(os.path.join(REPO, "CONTRIBUTING.md"), encoding="utf-8").read()
+    section = text[text.index("## The layers"):]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    named = set(re.findall(r"^ {2}([a-z_]+)(?:/|\.rs)\s", block, re.M))
+    parts = {f[:-3] if f.endswith(".rs") else f for f in os.listdir(os.path.join(REPO, "src"))
+             if f.endswith(".rs") or os.path.isdir(os.path.join(REPO, "src", f))}
+    assert set(LAYERS) <= named, f"layers the map does not name: {set(LAYERS) - named}"
+    assert parts - {"api/sql"} <= named, f"parts of src/ the map does not name: {parts - named}"
+    assert named <= parts, f"the map names what src/ does not hold: {named - parts}"
+    # And in the order of LAYERS, lowest first.
+    order = [n for n in re.findall(r"^ {2}([a-z_]+)(?:/|\.rs)\s", block, re.M) if n in LAYERS]
+    assert order == LAYERS, f"the map's order {order} is not the layers' {LAYERS}"
