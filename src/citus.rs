@@ -8,20 +8,21 @@
 //! caller's search path can stand in.
 
 use crate::catalog;
-use crate::pg::encoding::from_server;
+use crate::pg::ddl::Statement;
 use crate::pg::error::raise;
 use crate::pg::guc;
+use crate::pg::process;
 use crate::pg::spi;
 use crate::pg::text::{ident, Text};
 use crate::pg::timeout;
+use crate::settings;
 use crate::shmem::Shmem;
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, PgList};
 use snowflake_id_core::citus::{copied_table_add_column, membership, Copies, Listed};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::worker_id::{from_citus_group, CitusNode, Promoted};
-use snowflake_id_core::{Class, Failure};
-use std::ffi::CStr;
+use snowflake_id_core::Failure;
 
 /// Whether the caller's database holds Citus's metadata.
 fn has_citus(c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<bool> {
@@ -34,6 +35,18 @@ fn has_citus(c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiResult<bool> {
     .first()
     .get_one::<bool>()?
         == Some(true))
+}
+
+/// Whether the claims worker is told the Citus database by backends: on a
+/// Citus node without a claims database.
+pub fn claims_follow_database() -> bool {
+    settings::first_id_waits_for_claims() && settings::claims_database().is_none()
+}
+
+/// Whether the claims worker waits to be told the Citus database: on a
+/// Citus node without a claims database, until a backend offered one.
+pub fn claims_await_database(shm: &Shmem) -> bool {
+    claims_follow_database() && shm.claims.offered_database().is_none()
 }
 
 /// Offers the caller's database to the claims worker as the one whose
@@ -59,8 +72,7 @@ pub fn offer_this_database(shm: &Shmem) -> bool {
 /// worker anything: not where the offer is this database already, or where
 /// a second one was found already.
 fn offer_may_change(shm: &Shmem) -> bool {
-    // SAFETY: set once the backend is connected, never changed.
-    let here = unsafe { pg_sys::MyDatabaseId };
+    let here = process::database_id();
     match shm.claims.offered_database() {
         None => true,
         Some(offered) => offered != here && shm.claims.other_member().is_none(),
@@ -96,8 +108,7 @@ fn offer_if_member(shm: &Shmem, c: &pgrx::spi::SpiClient<'_>) -> pgrx::spi::SpiR
         .first()
         .get_one::<bool>()?;
     if member == Some(true) {
-        // SAFETY: set once the backend is connected, never changed.
-        let here = unsafe { pg_sys::MyDatabaseId };
+        let here = process::database_id();
         if shm.claims.offer_database(here) {
             judge_again(shm);
         } else if shm.claims.offered_database() != Some(here) {
@@ -128,7 +139,7 @@ pub enum Ask {
     Nodes,
     /// From what the claims worker found last: a backend, which never waits
     /// on the network (its first ID waits for the worker's first judging).
-    Worker,
+    Findings,
 }
 
 /// What `ClaimsState::promoted` holds.
@@ -222,7 +233,7 @@ fn promoted_as(
     // (it has not asked yet, or keeps its claims in another database, with
     // no Citus to read), the backend asks the rows itself, as the worker
     // does, bounded by its own statement_timeout.
-    let known = if ask == Ask::Worker {
+    let known = if ask == Ask::Findings {
         shm.claims.promoted()
     } else {
         0
@@ -312,25 +323,6 @@ pub fn read_worker_id(
     from_citus_group(this_node(shm, ask), offset, layout)
 }
 
-/// Settles this server's worker id from the Citus metadata of the caller's
-/// database, or says why it cannot yet.
-pub fn settle(shm: &Shmem, offset: i32, layout: &Layout) -> Result<u32, Failure> {
-    let (worker, origin) = read_worker_id(shm, offset, layout, Ask::Worker)?;
-    match shm.worker.settle(worker) {
-        Ok(()) => {
-            log!("snowflake_id: worker id {worker}, from {origin}");
-            Ok(worker)
-        }
-        Err(in_force) => Err(Failure::new(
-            Class::NotReady,
-            format!(
-                "this database's Citus metadata gives worker id {worker} ({origin}), but this server already issues IDs as worker {in_force}, read from another database's"
-            ),
-        )
-        .hint("Keep Citus in one database per server, or restart PostgreSQL and take the first ID in the database that holds this node's cluster.")),
-    }
-}
-
 /// The worker id's origin in words, for the status, once it is known.
 pub fn origin(worker: u32, offset: i32, layout: &Layout) -> String {
     let group_id = i64::from(worker) - i64::from(offset);
@@ -354,176 +346,41 @@ pub fn origin(worker: u32, offset: i32, layout: &Layout) -> String {
 /// is looked at: the statement's tag and defaults, then whether the table
 /// is such a table, and only then the defaults' calls. Reads as the caller,
 /// who is about to alter the table.
-///
-/// # Safety
-/// `stmt` is the parse tree of the utility statement about to run.
-pub unsafe fn refuse_divergent_default(stmt: *mut pg_sys::Node) {
-    // SAFETY: the node's tag says which statement it is; the lists and
-    // nodes read are the parser's, which outlive the command.
-    unsafe {
-        if stmt.is_null() || !pgrx::is_a(stmt, pg_sys::NodeTag::T_AlterTableStmt) {
-            return;
-        }
-        let alter = stmt.cast::<pg_sys::AlterTableStmt>();
-        let adds: Vec<(*mut pg_sys::ColumnDef, *mut pg_sys::Node)> =
-            PgList::<pg_sys::AlterTableCmd>::from_pg((*alter).cmds)
-                .iter_ptr()
-                .filter(|c| {
-                    (**c).subtype == pg_sys::AlterTableType::AT_AddColumn
-                        && !(**c).def.is_null()
-                        && pgrx::is_a((**c).def, pg_sys::NodeTag::T_ColumnDef)
-                })
-                .map(|c| (*c).def.cast::<pg_sys::ColumnDef>())
-                .filter_map(|d| raw_default(d).map(|e| (d, e)))
-                .collect();
-        if adds.is_empty() {
-            return;
-        }
-        // Commands Citus carries from the node where they were run come with
-        // propagation off: that node checked them already, and a query of the
-        // table from inside them would be a distributed query nested in one.
-        if guc::text(c"citus.enable_ddl_propagation").as_deref() == Some("off") {
-            return;
-        }
-        let relid = pg_sys::RangeVarGetRelidExtended(
-            (*alter).relation,
-            pg_sys::NoLock as pg_sys::LOCKMODE,
-            pg_sys::RVROption::RVR_MISSING_OK,
-            None,
-            std::ptr::null_mut(),
-        );
-        if relid == pg_sys::InvalidOid {
-            return;
-        }
-        let Some(copies) = copies_of(relid) else {
+pub fn refuse_divergent_default(stmt: &Statement<'_>) {
+    let Some(adds) = stmt.columns_added_with_default() else {
+        return;
+    };
+    // Commands Citus carries from the node where they were run come with
+    // propagation off: that node checked them already, and a query of the
+    // table from inside them would be a distributed query nested in one.
+    if guc::text(c"citus.enable_ddl_propagation").as_deref() == Some("off") {
+        return;
+    }
+    let Some(relid) = adds.table() else {
+        return;
+    };
+    let Some(copies) = copies_of(relid) else {
+        return;
+    };
+    let generators = catalog::generating_functions();
+    for column in &adds.columns {
+        let expr = column.cooked_default();
+        let Some(generator) = expr.first_call_of(&generators) else {
+            continue;
+        };
+        let Some((table, key)) = filled(relid) else {
             return;
         };
-        let generators = catalog::generating_functions();
-        for (def, raw) in adds {
-            let expr = transform_default(raw);
-            let Some(generator) = generator_called(expr, &generators) else {
-                continue;
-            };
-            let Some((table, key)) = filled(relid) else {
-                return;
-            };
-            let server_text = |p: *const std::ffi::c_char| {
-                from_server(CStr::from_ptr(p).to_bytes()).unwrap_or_else(|f| raise(f))
-            };
-            let column = ident(&server_text((*def).colname));
-            // As PostgreSQL names the type ("bigint", not the parser's
-            // "pg_catalog.int8"), so that the HINT reads as one would write it.
-            let column_type = if (*def).typeName.is_null() {
-                "bigint".to_string()
-            } else {
-                let (mut typid, mut typmod) = (pg_sys::InvalidOid, -1);
-                pg_sys::typenameTypeIdAndMod(
-                    std::ptr::null_mut(),
-                    (*def).typeName,
-                    &mut typid,
-                    &mut typmod,
-                );
-                server_text(pg_sys::format_type_with_typemod(typid, typmod))
-            };
-            let default = server_text(pg_sys::deparse_expression(
-                expr,
-                std::ptr::null_mut(),
-                false,
-                false,
-            ));
-            raise(copied_table_add_column(
-                &table,
-                &copies,
-                &column,
-                &column_type,
-                &default,
-                &generator,
-                &key,
-            ));
-        }
+        raise(copied_table_add_column(
+            &table,
+            &copies,
+            &ident(&column.name()),
+            &column.type_name(),
+            &expr.deparse(),
+            &generator,
+            &key,
+        ));
     }
-}
-
-/// The raw expression of a column definition's default, if it has one:
-/// the parser leaves it among the column's constraints.
-///
-/// # Safety
-/// `def` is a column definition of a parse tree.
-unsafe fn raw_default(def: *mut pg_sys::ColumnDef) -> Option<*mut pg_sys::Node> {
-    // SAFETY: a ColumnDef's fields and its list of Constraint nodes.
-    unsafe {
-        if !(*def).raw_default.is_null() {
-            return Some((*def).raw_default);
-        }
-        PgList::<pg_sys::Node>::from_pg((*def).constraints)
-            .iter_ptr()
-            .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_Constraint))
-            .map(|n| n.cast::<pg_sys::Constraint>())
-            .find(|c| {
-                (**c).contype == pg_sys::ConstrType::CONSTR_DEFAULT && !(**c).raw_expr.is_null()
-            })
-            .map(|c| (*c).raw_expr)
-    }
-}
-
-/// A raw default transformed as PostgreSQL will transform it (a copy: the
-/// statement's own tree is left as it came). What PostgreSQL refuses in a
-/// default (a column, a subquery) it refuses here, with its own error.
-///
-/// # Safety
-/// `raw` is a raw expression of a parse tree.
-unsafe fn transform_default(raw: *mut pg_sys::Node) -> *mut pg_sys::Node {
-    // SAFETY: a parse state of no statement, as PostgreSQL cooks a
-    // default; the copy is palloc'd in the current context.
-    unsafe {
-        let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
-        let copy = pg_sys::copyObjectImpl(raw.cast()).cast::<pg_sys::Node>();
-        pg_sys::transformExpr(
-            pstate,
-            copy,
-            pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
-        )
-    }
-}
-
-/// The first generating function a cooked expression calls, however deep.
-fn generator_called(
-    expr: *mut pg_sys::Node,
-    generators: &[(pg_sys::Oid, String)],
-) -> Option<String> {
-    struct Search<'a> {
-        generators: &'a [(pg_sys::Oid, String)],
-        found: Option<String>,
-    }
-    #[pg_guard]
-    unsafe extern "C-unwind" fn walk(
-        node: *mut pg_sys::Node,
-        context: *mut std::ffi::c_void,
-    ) -> bool {
-        // SAFETY: `context` is the Search below, for the walk's length;
-        // a FuncExpr by its tag.
-        unsafe {
-            if node.is_null() {
-                return false;
-            }
-            let search = &mut *context.cast::<Search>();
-            if pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
-                let funcid = (*node.cast::<pg_sys::FuncExpr>()).funcid;
-                if let Some((_, name)) = search.generators.iter().find(|(oid, _)| *oid == funcid) {
-                    search.found = Some(name.clone());
-                    return true;
-                }
-            }
-            pg_sys::expression_tree_walker(node, Some(walk), context)
-        }
-    }
-    let mut search = Search {
-        generators,
-        found: None,
-    };
-    // SAFETY: a cooked expression; the search outlives the walk.
-    unsafe { walk(expr, (&mut search as *mut Search).cast()) };
-    search.found
 }
 
 /// How many copies the rows of a Citus table have, if more than one.

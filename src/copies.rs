@@ -24,9 +24,9 @@
 
 use crate::catalog;
 use crate::mark;
-use crate::pg::process::ProcessLocal;
+use crate::pg::process::{self, ProcessLocal};
 use crate::pg::text::ident;
-use crate::pg::{clock, role, spi, xlog};
+use crate::pg::{clock, lock, role, spi, xlog};
 use crate::shmem::Shmem;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -326,8 +326,7 @@ fn parse_lsn(text: &str) -> Option<u64> {
 /// transaction cannot write (the floor holds all the same, in the mark:
 /// the next start floors again).
 fn write_record(me: i64, covers: &[i64], lsn: Option<u64>, floor: Option<i64>) -> bool {
-    // SAFETY: flags of the current transaction, read inside it.
-    if unsafe { pg_sys::XactReadOnly || pg_sys::IsInParallelMode() } {
+    if process::read_only_transaction() {
         return false;
     }
     let lsn = lsn.map(|l| format!("{:X}/{:X}", l >> 32, l & 0xffff_ffff));
@@ -363,26 +362,20 @@ pub fn floor_if_copied(
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
-        // SAFETY: this backend's database, set when it connected.
-        let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+        let db = process::database_id().to_u32();
         // Floored since start, its floor's transaction not yet ended.
         if shm.floored.holds(db, copies::fingerprint(&rows, lsn)) {
             return Ok(());
         }
         // One floor at a time in a database; the next reads the record the
         // first wrote, once the first's transaction has ended.
-        // SAFETY: a lock on the record's relation, released at the end of
-        // the transaction.
-        unsafe {
-            pg_sys::LockRelationOid(oid, pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE)
-        };
+        lock::relation(oid, lock::Mode::ShareUpdateExclusive);
         let (rows, lsn) = read_record();
         let Some(why) = copies::floor_needed(me, &rows, lsn) else {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
-        // SAFETY: a flag of the current transaction, read inside it.
-        if unsafe { pg_sys::IsInParallelMode() } {
+        if process::in_parallel_mode() {
             // A floor writes WAL, which a parallel query cannot.
             return Err(Failure::new(
                 Class::NotReady,
@@ -493,8 +486,7 @@ fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
 }
 
 fn database_name() -> String {
-    // SAFETY: set once the backend is connected, never changed.
-    crate::pg::database::name(unsafe { pg_sys::MyDatabaseId }).unwrap_or_default()
+    crate::pg::database::name(process::database_id()).unwrap_or_default()
 }
 
 /// `snowflake_resume_above()`: every later ID above every ID this database

@@ -13,8 +13,9 @@ use crate::pg::role;
 use crate::pg::xlog;
 use crate::settings;
 use crate::shmem::{self, Shmem};
+use crate::worker_id::{self, Resolve};
 use pgrx::{pg_sys, PgLogLevel};
-use snowflake_id_core::config::{Config, Worker};
+use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{generate, take_at, time_problem, Env, Limits, Taken};
 use snowflake_id_core::{Class, Failure};
 use std::cell::Cell;
@@ -114,30 +115,15 @@ fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failur
     // a backend's first call, which never takes the quick path (its
     // settings are not cached yet), and at every 1,024th call that comes
     // this way after it; a call here pays one increment for it.
-    if (!settle || offer_check_due()) && claims_follow_citus_database() {
+    if (!settle || offer_check_due()) && citus::claims_follow_database() {
         citus::offer_this_database(shm);
     }
-    let worker = match (shm.worker.get(), cfg.worker) {
-        (Some(w), _) => w,
-        (None, _) if settle => unsettled(shm, cfg)?,
-        (None, Worker::CitusGroup { offset }) => {
-            citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Worker)?.0
-        }
-        (None, Worker::Fixed(w)) => w,
+    let how = if settle {
+        Resolve::Issue
+    } else {
+        Resolve::Peek
     };
-    Ok((cfg, worker))
-}
-
-/// Whether the claims worker is told the Citus database by backends: on a
-/// Citus node without a claims database.
-fn claims_follow_citus_database() -> bool {
-    settings::first_id_waits_for_claims() && settings::claims_database().is_none()
-}
-
-/// Whether the claims worker waits to be told the Citus database: on a
-/// Citus node without a claims database, until a backend offered one.
-fn claims_await_database(shm: &Shmem) -> bool {
-    claims_follow_citus_database() && shm.claims.offered_database().is_none()
+    Ok((cfg, worker_id::resolve(shm, cfg, how)?))
 }
 
 /// Calls that came the full way in this backend, counted for
@@ -151,50 +137,6 @@ fn offer_check_due() -> bool {
     let n = CALLS.0.get();
     CALLS.0.set(n.wrapping_add(1));
     n % 1024 == 0
-}
-
-/// How long calls wait, at most, for the claims worker's first judging of
-/// the other nodes' claims on a Citus cluster: from the worker's start
-/// (once recovery is over), or from the call if the worker has not started.
-pub const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
-
-/// The worker id of a call that found none settled: after the claims
-/// worker's first judging, where that is awaited (until 5 s after the
-/// worker started at most, so that no call waits long: a worker that cannot
-/// finish in time is the status's `problem`, and IDs go on), then from the
-/// settings or the Citus metadata.
-#[cold]
-fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
-    // Where no claims database is set, the claims worker waits to be told
-    // the Citus database: the first call there tells it. A call in another
-    // database before that has no judging to wait for.
-    let awaited = settings::first_id_waits_for_claims()
-        && (!claims_await_database(shm) || citus::offer_this_database(shm));
-    if awaited {
-        let deadline = shm
-            .worker
-            .waits_until()
-            .unwrap_or_else(|| clock::now_ms() + FIRST_CLAIMS_WAIT_MS);
-        while clock::now_ms() < deadline {
-            if let Some(w) = shm.worker.get() {
-                return Ok(w);
-            }
-            clock::sleep_on_latch(10);
-            pgrx::check_for_interrupts!();
-        }
-        if let Some(w) = shm.worker.get() {
-            return Ok(w);
-        }
-        // A refusal the worker published meanwhile stands all the same.
-        mark::may_issue(shm)?;
-    }
-    match cfg.worker {
-        Worker::CitusGroup { offset } => citus::settle(shm, offset, &cfg.layout),
-        Worker::Fixed(w) => {
-            let _ = shm.worker.settle(w);
-            Ok(w)
-        }
-    }
 }
 
 /// The error the next call would raise at `now`, in the order a call meets
@@ -362,7 +304,7 @@ pub fn next() -> (&'static Config, i64) {
     let quick = || {
         let shm = shmem::get()?;
         let cfg = settings::config().ok()?;
-        let worker = shm.worker.get()?;
+        let worker = worker_id::in_force(shm)?;
         if !copies::checked() {
             return None;
         }

@@ -6,15 +6,20 @@
 //! judgement in plain Rust. The shell's layers import only downward:
 //!
 //! - `pg`: safe wrappers over Postgres's C API, nothing of ours;
+//! - `catalog`: the extension's own objects in the current database;
 //! - `settings`: the extension's settings, validated by the core;
 //! - `shmem`: the shared memory, each part with one owner;
 //! - `mark`: the durable mark (moves, start, WAL redo, admin);
 //! - `citus`: what this node reads of its Citus metadata;
 //! - `opaque`: the secret keys of opaque IDs, as this process holds them;
 //! - `copies`: data from another cluster, floored before the first ID;
+//! - `worker_id`: this server's worker id, where it comes from and when it
+//!   is fixed;
 //! - `issue`: issuing IDs, and the checks a call makes first;
 //! - `bgworkers`: the reserver and the claims worker;
 //! - `api`: every SQL function.
+//!
+//! CONTRIBUTING.md has the map, with which file holds which feature.
 //!
 //! This file is the one place that knows every part: what runs at load,
 //! and what runs when shared memory is made.
@@ -35,14 +40,14 @@ mod opaque;
 mod pg;
 mod settings;
 mod shmem;
+mod worker_id;
 
 ::pgrx::pg_module_magic!(name, version);
 
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::error::quiet_backtraces();
-    // SAFETY: a flag Postgres sets while it loads shared_preload_libraries.
-    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+    if pg::process::loading_preloaded_libraries() {
         settings::define();
         opaque::define();
         // After every setting of the prefix: one defined later would lose
@@ -62,11 +67,7 @@ pub extern "C-unwind" fn _PG_init() {
 /// of any process), before any backend can use it: the mark from the state
 /// file, and a claim's refusal that must outlast the restart.
 fn on_shmem_created(shm: &'static shmem::Shmem) {
-    // Where the claims worker checks the other nodes first, the id is
-    // settled by it (or by a call that waited long enough).
-    let fixed = settings::config().ok().and_then(|c| c.worker.fixed());
-    shm.worker
-        .set_at_start(fixed.filter(|_| !settings::first_id_waits_for_claims()));
+    worker_id::start(shm);
     mark::start::start(shm);
     bgworkers::claims::start(shm);
 }

@@ -15,7 +15,7 @@
 
 use crate::pg::datadir::data_dir;
 use crate::pg::error::log;
-use crate::pg::process::ProcessLocal;
+use crate::pg::process::{self, ProcessLocal};
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::{pg_sys, PgLogLevel};
 use snowflake_id_core::opaque::{check_file_mode, key_file_text, Keys};
@@ -79,8 +79,7 @@ static LOADED: ProcessLocal<RefCell<Option<Loaded>>> = ProcessLocal(RefCell::new
 /// The keys of opaque IDs, or the error that tells the caller there are
 /// none usable (the reason is in the server log).
 pub fn keys() -> Result<Rc<Keys>, Failure> {
-    // SAFETY: a plain global Postgres sets on every load of the files.
-    let reloaded_at = unsafe { pg_sys::PgReloadTime };
+    let reloaded_at = process::reload_time();
     // Nearly every call: keys read since the last reload. The setting
     // changes only at a reload (it is SIGHUP), so its path is not fetched
     // (a copy of the string each time) to compare.
@@ -201,8 +200,7 @@ fn load(path: &str) -> Result<Keys, Unusable> {
         message: format!("{} (\"{path}\")", f.message),
         ..f
     };
-    // SAFETY: geteuid has no preconditions.
-    check_file_mode(meta.mode(), meta.uid(), unsafe { libc::geteuid() }).map_err(of_file)?;
+    check_file_mode(meta.mode(), meta.uid(), process::effective_uid()).map_err(of_file)?;
     if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return Err(Failure::new(
             Class::InvalidParameter,

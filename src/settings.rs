@@ -21,7 +21,8 @@ use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use crate::pg::process::ProcessLocal;
+use crate::pg::guc;
+use crate::pg::process::{self, ProcessLocal};
 
 static WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 static LAYOUT: GucSetting<Option<CString>> =
@@ -73,37 +74,12 @@ static ANY_POLICY_PROBLEM: AtomicU8 = AtomicU8::new(0);
 /// The raw text a setting had in the configuration before it was defined.
 /// (Called in _PG_init, in the process that read the configuration.)
 fn placeholder(name: &CStr) -> Option<String> {
-    crate::pg::guc::text(name)
-}
-
-/// Runs one of Postgres's setting parsers (`parse_int`, `parse_real`) on
-/// `text`, or says why it failed, with Postgres's own hint about units.
-fn parse_with(
-    text: &str,
-    kind: &str,
-    parse: impl FnOnce(*const std::os::raw::c_char, *mut *const std::os::raw::c_char) -> bool,
-) -> Result<(), String> {
-    let c = CString::new(text).map_err(|_| "it contains a NUL byte".to_string())?;
-    let mut hint: *const std::os::raw::c_char = std::ptr::null();
-    if parse(c.as_ptr(), &mut hint) {
-        return Ok(());
-    }
-    let unit_hint = if hint.is_null() {
-        String::new()
-    } else {
-        // SAFETY: the parser set it to a static string.
-        format!(" ({})", unsafe { CStr::from_ptr(hint) }.to_string_lossy())
-    };
-    Err(format!("it is not a valid {kind}{unit_hint}"))
+    guc::text(name)
 }
 
 /// Parses an integer setting the way Postgres does (with units), or says why not.
 fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, String> {
-    let mut value = 0;
-    // SAFETY: parse_int only reads the string and writes the two outputs.
-    parse_with(text, "integer", |t, hint| unsafe {
-        pg_sys::parse_int(t, &mut value, flags, hint)
-    })?;
+    let value = guc::parse_int(text, flags)?;
     if value < min || value > max {
         return Err(format!("it is outside the range {min} .. {max}"));
     }
@@ -112,11 +88,7 @@ fn parse_int_setting(text: &str, flags: i32, min: i32, max: i32) -> Result<i32, 
 
 /// Parses a real setting the way Postgres does (with units), or says why not.
 fn parse_real_setting(text: &str, flags: i32, min: f64, max: f64) -> Result<f64, String> {
-    let mut value = 0.0;
-    // SAFETY: parse_real only reads the string and writes the two outputs.
-    parse_with(text, "number", |t, hint| unsafe {
-        pg_sys::parse_real(t, &mut value, flags, hint)
-    })?;
+    let value = guc::parse_real(text, flags)?;
     if !(min..=max).contains(&value) {
         return Err(format!("it is outside the range {min} .. {max} ms"));
     }
@@ -156,68 +128,7 @@ fn policy_text_problem(which: usize, text: &str) -> Option<Failure> {
 
 /// When this process last loaded the configuration files.
 fn reload_stamp() -> pg_sys::TimestampTz {
-    // SAFETY: a plain global Postgres sets on every load of the files.
-    unsafe { pg_sys::PgReloadTime }
-}
-
-/// The last value the configuration files (postgresql.conf, its includes,
-/// then postgresql.auto.conf) give `name`, read the way a reload reads them.
-fn configured_in_files(name: &CStr) -> Option<String> {
-    let mut head: *mut pg_sys::ConfigVariable = std::ptr::null_mut();
-    let mut tail: *mut pg_sys::ConfigVariable = std::ptr::null_mut();
-    // SAFETY: ConfigFileName and DataDir are set before any library loads;
-    // ParseConfigFile reports problems at the given level (below ERROR, so
-    // it returns) and hands back a list this function frees.
-    unsafe {
-        let auto_conf = CString::new(format!(
-            "{}/postgresql.auto.conf",
-            CStr::from_ptr(pg_sys::DataDir).to_string_lossy()
-        ))
-        .ok()?;
-        let level = pg_sys::DEBUG2 as i32;
-        let main_ok = !pg_sys::ConfigFileName.is_null()
-            && pg_sys::ParseConfigFile(
-                pg_sys::ConfigFileName,
-                true,
-                std::ptr::null(),
-                0,
-                0,
-                level,
-                &mut head,
-                &mut tail,
-            );
-        let auto_ok = pg_sys::ParseConfigFile(
-            auto_conf.as_ptr(),
-            false,
-            std::ptr::null(),
-            0,
-            0,
-            level,
-            &mut head,
-            &mut tail,
-        );
-        let mut found = None;
-        let mut item = head;
-        while !item.is_null() {
-            let v = &*item;
-            if !v.ignore
-                && !v.name.is_null()
-                && CStr::from_ptr(v.name)
-                    .to_bytes()
-                    .eq_ignore_ascii_case(name.to_bytes())
-            {
-                found = (!v.value.is_null())
-                    .then(|| CStr::from_ptr(v.value).to_string_lossy().into_owned());
-            }
-            item = v.next;
-        }
-        pg_sys::FreeConfigVariables(head);
-        if !(main_ok && auto_ok) {
-            // The files do not parse: a reload applied nothing from them.
-            return None;
-        }
-        found
-    }
+    process::reload_time()
 }
 
 /// After every load of the configuration files, in every process, the wait
@@ -236,7 +147,7 @@ fn recheck_policy_problems() {
     for (which, name) in POLICY_NAMES.iter().enumerate() {
         let from_command_line = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, false)));
         if !from_command_line {
-            let text = configured_in_files(name);
+            let text = guc::configured_in_files(name);
             let problem = text.as_deref().and_then(|t| policy_text_problem(which, t));
             set_policy_problem(which, problem, true);
         }
@@ -274,6 +185,7 @@ pub fn read_without_defining() {
 /// Defines every setting and settles this server's identity. Call only
 /// while `shared_preload_libraries` is being loaded.
 pub fn define() {
+    // The raw texts first: defining a setting replaces its placeholder.
     let raw_worker = placeholder(c"snowflake_id.worker_id");
     let raw_offset = placeholder(c"snowflake_id.worker_id_offset");
     let epoch_set = placeholder(c"snowflake_id.epoch").is_some();
@@ -282,7 +194,15 @@ pub fn define() {
         placeholder(c"snowflake_id.max_lead"),
         placeholder(c"snowflake_id.max_wait"),
     ];
+    define_identity();
+    define_layout();
+    define_wal(raw_rmgr);
+    define_policy(raw_policy);
+    settle_identity(raw_worker, raw_offset, epoch_set);
+}
 
+/// Where the worker id comes from, and where it is claimed.
+fn define_identity() {
     GucRegistry::define_int_guc(
         c"snowflake_id.worker_id",
         c"This server's worker id, unique among all servers whose IDs meet.",
@@ -319,6 +239,10 @@ pub fn define() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// How IDs are laid out.
+fn define_layout() {
     GucRegistry::define_string_guc(
         c"snowflake_id.layout",
         c"Bit layout of this server's IDs: a named layout or a custom spec.",
@@ -335,6 +259,11 @@ pub fn define() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// The WAL resource manager of the mark's records, checked at once: replay
+/// needs it before anything else runs.
+fn define_wal(raw_rmgr: Option<String>) {
     GucRegistry::define_int_guc(
         c"snowflake_id.wal_rmgr_id",
         c"The custom WAL resource manager id of snowflake_id's durable mark records.",
@@ -362,24 +291,29 @@ pub fn define() {
             .hint(format!("Remove it to use {DEFAULT_WAL_RMGR_ID}, or set a free custom resource manager id from 129 to 255.")),
         );
     }
-    // SAFETY: the assign hooks are guarded and touch only this module's state.
+}
+
+/// How far IDs may lead the clock and how long a call waits, judged again
+/// at every reload.
+fn define_policy(raw_policy: [Option<String>; 2]) {
+    // A real, not an int: in milliseconds an int ends at 24.8 days, and
+    // the way out of a forward clock jump must be settable however far
+    // the clock went.
+    GucRegistry::define_float_guc_with_hooks(
+        c"snowflake_id.max_lead",
+        c"How far the time inside IDs may run ahead of the system clock.",
+        c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
+        &MAX_LEAD,
+        0.0,
+        MAX_LEAD_LIMIT_MS as f64,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+        None,
+        Some(lead_assigned),
+        None,
+    );
+    // SAFETY: the assign hook is guarded and touches only this module's state.
     unsafe {
-        // A real, not an int: in milliseconds an int ends at 24.8 days, and
-        // the way out of a forward clock jump must be settable however far
-        // the clock went.
-        GucRegistry::define_float_guc_with_hooks(
-            c"snowflake_id.max_lead",
-            c"How far the time inside IDs may run ahead of the system clock.",
-            c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
-            &MAX_LEAD,
-            0.0,
-            MAX_LEAD_LIMIT_MS as f64,
-            GucContext::Sighup,
-            GucFlags::UNIT_MS,
-            None,
-            Some(lead_assigned),
-            None,
-        );
         GucRegistry::define_int_guc_with_hooks(
             c"snowflake_id.max_wait",
             c"The longest one call waits for the clock, all its waits together, before getting an error instead.",
@@ -396,7 +330,7 @@ pub fn define() {
     }
 
     for (i, raw) in raw_policy.into_iter().enumerate() {
-        let from_files = raw.is_some() && configured_in_files(POLICY_NAMES[i]) == raw;
+        let from_files = raw.is_some() && guc::configured_in_files(POLICY_NAMES[i]) == raw;
         set_policy_problem(
             i,
             raw.as_deref().and_then(|t| policy_text_problem(i, t)),
@@ -404,7 +338,10 @@ pub fn define() {
         );
     }
     PROBLEMS_SEEN_AT.0.set(reload_stamp());
+}
 
+/// This server's layout and identity, from the settings just defined.
+fn settle_identity(raw_worker: Option<String>, raw_offset: Option<String>, epoch_set: bool) {
     let worker_id = int_from_configuration("snowflake_id.worker_id", raw_worker, &WORKER_ID, "1");
     let offset = int_from_configuration(
         "snowflake_id.worker_id_offset",
@@ -412,7 +349,7 @@ pub fn define() {
         &WORKER_ID_OFFSET,
         "0",
     );
-    let host = host_name();
+    let host = process::host_name();
     let source_text = string_setting(&WORKER_ID_SOURCE);
     let layout_text = string_setting(&LAYOUT);
     let epoch_text = string_setting(&EPOCH);
@@ -435,7 +372,7 @@ pub fn define() {
 /// configuration file gives a name not defined by then, so a setting
 /// defined later would be empty from every start until a reload.
 pub fn close_prefix() {
-    reserve_prefix();
+    guc::reserve_prefix(c"snowflake_id");
     warn_of_names_in_another_case();
 }
 
@@ -467,18 +404,6 @@ fn int_from_configuration(
     }
 }
 
-/// This host's name as gethostname(2) gives it, `None` if unreadable.
-fn host_name() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer outlives the call and its length is passed.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let end = buf.iter().position(|&b| b == 0)?;
-    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
-}
-
 /// The database the claims worker keeps this server's claim in, if any.
 pub fn claims_database() -> Option<String> {
     Some(string_setting(&CLAIMS_DATABASE)).filter(|d| !d.trim().is_empty())
@@ -486,7 +411,7 @@ pub fn claims_database() -> Option<String> {
 
 /// Whether Citus is among the preloaded libraries ('citus', or a path to it).
 pub fn citus_preloaded() -> bool {
-    crate::pg::guc::text(c"shared_preload_libraries").is_some_and(|libs| {
+    guc::text(c"shared_preload_libraries").is_some_and(|libs| {
         libs.split(',').any(|l| {
             let l = l.trim().trim_matches('"');
             l.rsplit('/')
@@ -502,8 +427,7 @@ pub fn citus_preloaded() -> bool {
 /// live in the database whose Citus metadata the node belongs to, found by
 /// the first backend that reads it. Not in binary-upgrade mode.
 pub fn claims_kept() -> bool {
-    // SAFETY: a plain read of a flag the postmaster set from its options.
-    (claims_database().is_some() || citus_preloaded()) && !unsafe { pg_sys::IsBinaryUpgrade }
+    (claims_database().is_some() || citus_preloaded()) && !process::binary_upgrade()
 }
 
 /// Whether the first ID after a start waits for the claims worker to have
@@ -516,12 +440,13 @@ pub fn first_id_waits_for_claims() -> bool {
 
 /// This server's name in its claim: `cluster_name`, else host and port.
 pub fn server_name() -> String {
-    let cluster = crate::pg::guc::text(c"cluster_name");
+    let cluster = guc::text(c"cluster_name");
     let name = cluster.filter(|c| !c.is_empty()).unwrap_or_else(|| {
-        // SAFETY: PostPortNumber is set at start, before any library loads.
-        format!("{}:{}", host_name().unwrap_or_default(), unsafe {
-            pg_sys::PostPortNumber
-        })
+        format!(
+            "{}:{}",
+            process::host_name().unwrap_or_default(),
+            process::server_port()
+        )
     });
     // Printable ASCII, as Postgres keeps cluster_name: the name travels to
     // other servers' tables, whatever their encoding.
@@ -536,40 +461,13 @@ pub fn server_name() -> String {
         .collect()
 }
 
-/// Every setting Postgres knows in this process, placeholders included.
-fn all_settings() -> &'static [*mut pg_sys::config_generic] {
-    // SAFETY: Postgres's own array of its settings, valid until a setting is
-    // added; read here in _PG_init and dropped before anything is.
-    unsafe {
-        // 16 changed the signature: the count comes back through a pointer.
-        #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
-        let (vars, n) = (pg_sys::get_guc_variables(), pg_sys::GetNumConfigOptions());
-        #[cfg(not(any(feature = "pg13", feature = "pg14", feature = "pg15")))]
-        let (vars, n) = {
-            let mut n = 0;
-            (pg_sys::get_guc_variables(&mut n), n)
-        };
-        if vars.is_null() {
-            return &[];
-        }
-        std::slice::from_raw_parts(vars, n.max(0) as usize)
-    }
-}
-
 /// Setting names are case-insensitive, but Postgres reserves a prefix as
 /// written: `Snowflake_ID.layuot` would pass unnoticed. Such names are
 /// reported as Postgres reports the others (it offers no way to remove
 /// them, so they stay, unused).
 fn warn_of_names_in_another_case() {
     const PREFIX: &str = "snowflake_id.";
-    for &var in all_settings() {
-        // SAFETY: entries of Postgres's settings array.
-        let (name, flags) = unsafe { ((*var).name, (*var).flags) };
-        if name.is_null() || flags as u32 & pg_sys::GUC_CUSTOM_PLACEHOLDER == 0 {
-            continue;
-        }
-        // SAFETY: a setting's name, NUL-terminated, checked non-null above.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    for name in guc::placeholder_names() {
         let lower = name.to_ascii_lowercase();
         if lower.starts_with(PREFIX) && !name.starts_with(PREFIX) {
             crate::pg::error::log(
@@ -582,22 +480,6 @@ fn warn_of_names_in_another_case() {
                 pgrx::PgLogLevel::WARNING,
             );
         }
-    }
-}
-
-/// Makes Postgres warn about (in the server log, at start) and drop every
-/// other `snowflake_id.*` name: a misspelt setting must not leave a default
-/// quietly in force.
-fn reserve_prefix() {
-    // SAFETY: called in _PG_init after every setting of the prefix is defined.
-    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
-    unsafe {
-        pg_sys::MarkGUCPrefixReserved(c"snowflake_id".as_ptr());
-    }
-    // Before 15 Postgres can only warn; the names stay as placeholders.
-    #[cfg(any(feature = "pg13", feature = "pg14"))]
-    unsafe {
-        pg_sys::EmitWarningsOnPlaceholders(c"snowflake_id".as_ptr());
     }
 }
 

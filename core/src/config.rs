@@ -33,7 +33,7 @@ pub struct RawSettings<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub layout: Layout,
-    pub worker: Worker,
+    pub worker: WorkerSource,
     /// Where the worker id came from, in words.
     pub worker_id_origin: String,
     /// [`Layout::warn_from_ms`], worked out once: every ID compares with it.
@@ -42,7 +42,7 @@ pub struct Config {
 
 /// This server's worker id, or where it will come from once the server runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Worker {
+pub enum WorkerSource {
     /// Known at start: from the setting or the host name.
     Fixed(u32),
     /// This node's Citus group id plus the offset, read from its database
@@ -50,12 +50,12 @@ pub enum Worker {
     CitusGroup { offset: i32 },
 }
 
-impl Worker {
+impl WorkerSource {
     /// The worker id, if it is known at start.
     pub fn fixed(self) -> Option<u32> {
         match self {
-            Worker::Fixed(w) => Some(w),
-            Worker::CitusGroup { .. } => None,
+            WorkerSource::Fixed(w) => Some(w),
+            WorkerSource::CitusGroup { .. } => None,
         }
     }
 }
@@ -74,7 +74,7 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     if let Some(offset) = derived.citus_offset {
         return Ok(Config {
             layout,
-            worker: Worker::CitusGroup { offset },
+            worker: WorkerSource::CitusGroup { offset },
             worker_id_origin: derived.origin,
             warn_from_ms: layout.warn_from_ms(),
         });
@@ -117,7 +117,7 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
     };
     Ok(Config {
         layout,
-        worker: Worker::Fixed(worker_id),
+        worker: WorkerSource::Fixed(worker_id),
         worker_id_origin: derived.origin,
         warn_from_ms: layout.warn_from_ms(),
     })
@@ -207,7 +207,7 @@ mod tests {
         let c = configure(&raw(1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap();
         assert_eq!(
             (c.layout.describe(), c.worker),
-            ("snowflake_id".to_string(), Worker::Fixed(1))
+            ("snowflake_id".to_string(), WorkerSource::Fixed(1))
         );
         let e = configure(&raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)).unwrap_err();
         assert_eq!(
@@ -352,7 +352,7 @@ mod tests {
             ..raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)
         })
         .unwrap();
-        assert_eq!(c.worker, Worker::CitusGroup { offset: 7 });
+        assert_eq!(c.worker, WorkerSource::CitusGroup { offset: 7 });
         assert_eq!(c.worker.fixed(), None);
     }
 }

@@ -603,7 +603,7 @@ pub struct Reservation {
 
 impl Reservation {
     /// About one second of ticks, and never fewer than two, so one write
-    /// serves many IDs and the background writer stays a tick ahead.
+    /// serves many IDs and the reserver stays a tick ahead.
     pub fn for_layout(layout: &Layout) -> Reservation {
         Reservation {
             window_ticks: (1000 / layout.unit_ms()).max(2),
@@ -644,7 +644,7 @@ impl Reservation {
         written.map_or(t, |w| t.max(w))
     }
 
-    /// Whether a background writer should move the mark now: when IDs were
+    /// Whether the reserver should move the mark now: when IDs were
     /// issued since it last looked (`active`) and less than half a window is
     /// left ahead of the newest tick in use. An idle server writes nothing;
     /// the first caller after an idle spell writes the mark itself.

@@ -4,7 +4,9 @@
 //! - [`layout`]: the bit layouts, named and custom, and all their range checks.
 //! - [`claims`]: worker-id claims from other servers, judged.
 //! - [`config`]: the identity settings, validated.
-//! - [`worker_id`]: where the worker id comes from (the setting or the host name).
+//! - [`worker_id`]: where the worker id comes from (the setting, the host name, or a Citus
+//!   group id), and what a Citus node's metadata says of it.
+//! - [`citus`]: what the extension refuses on Citus tables, and the ways that work.
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
 //! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).

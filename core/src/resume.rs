@@ -107,9 +107,9 @@ pub struct Origin<'a> {
     pub latest_xtime_ms: Option<i64>,
 }
 
-/// What [`settle`] found.
+/// What [`after_copy`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settled {
+pub struct CopyFloor {
     /// A tick no new ID may carry or go below, when more than the mark is needed.
     pub floor_tick: Option<u64>,
     /// Why the server is a copy and what it resumes above; `None` when it is
@@ -147,15 +147,15 @@ fn copied_because(o: &Origin) -> Option<String> {
 /// committed row. Without any (a primary that did not WAL-log marks, or a
 /// PostgreSQL without custom WAL resource managers), the last replayed commit
 /// time plus the largest lead IDs may have had bounds them instead.
-pub fn settle(layout: &Layout, lead_ticks: u64, o: &Origin) -> Settled {
+pub fn after_copy(layout: &Layout, lead_ticks: u64, o: &Origin) -> CopyFloor {
     let Some(why) = copied_because(o) else {
-        return Settled {
+        return CopyFloor {
             floor_tick: None,
             note: None,
         };
     };
     if o.replayed_marks > 0 {
-        return Settled {
+        return CopyFloor {
             floor_tick: None,
             note: Some(format!(
                 "this server runs on a copy of another server's data ({why}); it resumes above the mark replayed from WAL"
@@ -165,7 +165,7 @@ pub fn settle(layout: &Layout, lead_ticks: u64, o: &Origin) -> Settled {
     match o.latest_xtime_ms.and_then(|t| layout.tick_at_ms(t)) {
         Some(t) => {
             let floor = t.saturating_add(lead_ticks).min(layout.last_tick());
-            Settled {
+            CopyFloor {
                 floor_tick: Some(floor),
                 note: Some(format!(
                     "this server runs on a copy of another server's data ({why}) and replayed no mark; it resumes above the last replayed commit ({}) plus snowflake_id.max_lead",
@@ -173,7 +173,7 @@ pub fn settle(layout: &Layout, lead_ticks: u64, o: &Origin) -> Settled {
                 )),
             }
         }
-        None => Settled {
+        None => CopyFloor {
             floor_tick: None,
             note: Some(format!(
                 "this server runs on a copy of another server's data ({why}), but neither a replayed mark nor a replayed commit time is known; it resumes above its state file's mark only"
@@ -214,7 +214,7 @@ mod tests {
     fn a_server_on_its_own_data_needs_no_floor() {
         let l = Layout::by_name("snowflake_id").unwrap();
         let r = rec(&l, 3, 1000);
-        let s = settle(&l, 10_000, &origin(Some(&r), &[]));
+        let s = after_copy(&l, 10_000, &origin(Some(&r), &[]));
         assert_eq!((s.floor_tick, s.note), (None, None));
         // Format-1 marks carry no origin: not a copy by themselves.
         let v1 = Record {
@@ -222,8 +222,8 @@ mod tests {
             timeline: 0,
             ..r
         };
-        assert_eq!(settle(&l, 10_000, &origin(Some(&v1), &[])).note, None);
-        assert_eq!(settle(&l, 10_000, &origin(None, &[])).note, None);
+        assert_eq!(after_copy(&l, 10_000, &origin(Some(&v1), &[])).note, None);
+        assert_eq!(after_copy(&l, 10_000, &origin(None, &[])).note, None);
     }
 
     #[test]
@@ -233,7 +233,7 @@ mod tests {
         let promoted = Record { timeline: 1, ..r };
         let mut o = origin(Some(&promoted), &[]);
         o.timeline = 2;
-        let s = settle(&l, 10_000, &o);
+        let s = after_copy(&l, 10_000, &o);
         assert_eq!(
             s.floor_tick,
             Some(15_000),
@@ -244,27 +244,27 @@ mod tests {
             .unwrap()
             .contains("on timeline 1, and it now runs on timeline 2"));
         let other = Record { system_id: 12, ..r };
-        let s = settle(&l, 10_000, &origin(Some(&other), &[]));
+        let s = after_copy(&l, 10_000, &origin(Some(&other), &[]));
         assert!(s.note.unwrap().contains("system identifier 12"));
-        let s = settle(&l, 0, &origin(Some(&r), &["backup_label"]));
+        let s = after_copy(&l, 0, &origin(Some(&r), &["backup_label"]));
         assert_eq!(s.floor_tick, Some(5_000));
         assert!(s.note.unwrap().contains("started with backup_label"));
         // A replayed mark already covers every replayed row: no extra lead.
         let mut o = origin(Some(&r), &["standby.signal"]);
         o.replayed_marks = 4;
-        let s = settle(&l, 10_000, &o);
+        let s = after_copy(&l, 10_000, &o);
         assert_eq!(s.floor_tick, None);
         assert!(s.note.unwrap().contains("mark replayed from WAL"));
         // Nothing replayed and no commit time: said, not guessed.
         let mut o = origin(Some(&r), &["recovery.signal"]);
         o.latest_xtime_ms = None;
-        let s = settle(&l, 10_000, &o);
+        let s = after_copy(&l, 10_000, &o);
         assert_eq!(s.floor_tick, None);
         assert!(s.note.unwrap().contains("state file's mark only"));
         // The floor never passes the layout's last tick.
         let mut o = origin(Some(&r), &["backup_label"]);
         o.latest_xtime_ms = Some(l.end_ms() - 1);
-        assert_eq!(settle(&l, 10_000, &o).floor_tick, Some(l.last_tick()));
+        assert_eq!(after_copy(&l, 10_000, &o).floor_tick, Some(l.last_tick()));
     }
 
     #[test]

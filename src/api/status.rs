@@ -2,16 +2,15 @@
 //! is doing, from counters that cost the hot path nothing.
 
 use crate::bgworkers::claims;
-use crate::citus;
 use crate::issue;
+use crate::pg::charset::for_messages;
 use crate::pg::clock::{now_ms, pg_timestamp};
-use crate::pg::encoding::for_messages;
 use crate::pg::row::{finfo_v1, row};
 use crate::settings;
 use crate::shmem::Shmem;
+use crate::worker_id;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use snowflake_id_core::config::{Config, Worker};
 use std::sync::atomic::Ordering;
 
 fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
@@ -61,7 +60,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let last = match (layout, issued) {
         (Some(l), 1..) => {
             let counter = next.saturating_sub(1);
-            let worker = u64::from(shm.worker.get().unwrap_or(0));
+            let worker = u64::from(worker_id::in_force(shm).unwrap_or(0));
             Some((
                 l.id_from_counter(counter, worker) as i64,
                 l.tick_start_ms(counter >> l.sequence_bits()),
@@ -78,14 +77,16 @@ pub unsafe extern "C-unwind" fn snowflake_status(
     let values = [
         (
             "worker_id",
-            shm.worker
-                .get()
+            worker_id::in_force(shm)
                 .filter(|_| cfg.is_ok())
                 .map(|w| pg_sys::Datum::from(w as i32)),
         ),
         (
             "worker_id_source",
-            cfg.as_ref().ok().map(|c| origin(shm, c)).into_datum(),
+            cfg.as_ref()
+                .ok()
+                .map(|c| worker_id::origin(shm, c))
+                .into_datum(),
         ),
         ("layout", layout.map(|l| l.describe()).into_datum()),
         ("epoch", layout.and_then(|l| ts(l.epoch_ms()))),
@@ -139,7 +140,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         ("waits", n(&c.waits)),
         ("wait_time", us(&c.wait_us)),
         ("errors", n(&c.errors)),
-        ("mark_writes", n(&c.background_writes)),
+        ("mark_writes", n(&c.reserver_writes)),
         ("mark_writes_by_callers", n(&c.caller_writes)),
         ("standby_waits", n(&c.standby_waits)),
         ("standby_wait_time", us(&c.standby_wait_us)),
@@ -172,12 +173,3 @@ extension_sql_file!(
     name = "snowflake_cluster_status",
     requires = ["snowflake_status"]
 );
-
-/// Where the worker id came from; for a Citus node, with the group id once
-/// it was read.
-fn origin(shm: &Shmem, cfg: &Config) -> String {
-    match (cfg.worker, shm.worker.get()) {
-        (Worker::CitusGroup { offset }, Some(w)) => citus::origin(w, offset, &cfg.layout),
-        _ => cfg.worker_id_origin.clone(),
-    }
-}

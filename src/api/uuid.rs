@@ -9,7 +9,7 @@ use crate::pg::process::ProcessLocal;
 use crate::pg::text::Text;
 use crate::settings;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, Uuid};
+use pgrx::Uuid;
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::uuid::{self, Filler};
 use snowflake_id_core::{Class, Failure};
@@ -34,8 +34,7 @@ fn random_filler(n: u32) -> u128 {
         Some((p, f)) if *p == pid => f.bits(n),
         _ => {
             let mut seed = [0u8; 32];
-            // SAFETY: writes exactly seed.len() bytes into seed.
-            let ok = unsafe { pg_sys::pg_strong_random(seed.as_mut_ptr().cast(), seed.len()) };
+            let ok = crate::pg::process::strong_random(&mut seed);
             if !ok {
                 drop(filler);
                 crate::pg::error::raise(Failure::new(

@@ -5,7 +5,7 @@
 //! promoted or restored server right after recovery, and watches the system
 //! clock for backward steps.
 
-use super::skeleton::{enter, Worker};
+use super::skeleton::{enter, BgWorker};
 use crate::mark::{self, Trigger};
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::{error, process, signals};
@@ -73,7 +73,7 @@ impl StepWatch {
 pub extern "C-unwind" fn snowflake_reserver_main(_arg: pg_sys::Datum) {
     // SIGTERM ends the loop with exit status 1: the postmaster starts the
     // worker again after a second, unless the server is shutting down.
-    let Some(shm) = enter(Worker::Reserver) else {
+    let Some(shm) = enter(BgWorker::Reserver) else {
         return;
     };
     let mut watch = StepWatch::new();

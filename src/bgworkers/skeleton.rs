@@ -10,16 +10,16 @@ use pgrx::prelude::*;
 
 /// Which worker a process is.
 #[derive(Clone, Copy)]
-pub(super) enum Worker {
+pub(super) enum BgWorker {
     Reserver = 0,
     Claims = 1,
 }
 
-impl Worker {
+impl BgWorker {
     fn pid(self, shm: &Shmem) -> &Pid {
         match self {
-            Worker::Reserver => &shm.reserver_pid,
-            Worker::Claims => &shm.claims.pid,
+            BgWorker::Reserver => &shm.reserver_pid,
+            BgWorker::Claims => &shm.claims.pid,
         }
     }
 }
@@ -27,7 +27,7 @@ impl Worker {
 /// The start of each worker's main: SIGTERM and SIGHUP handled (see
 /// `pg::signals`), and its process id published until it exits. `None`
 /// where the library has no shared memory (it was not preloaded).
-pub(super) fn enter(worker: Worker) -> Option<&'static Shmem> {
+pub(super) fn enter(worker: BgWorker) -> Option<&'static Shmem> {
     signals::handle_signals();
     let shm = shmem::get()?;
     // SAFETY: registering an exit callback in this process; the argument
@@ -39,10 +39,10 @@ pub(super) fn enter(worker: Worker) -> Option<&'static Shmem> {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_pid(_code: i32, arg: pg_sys::Datum) {
-    let worker = if arg.value() == Worker::Claims as usize {
-        Worker::Claims
+    let worker = if arg.value() == BgWorker::Claims as usize {
+        BgWorker::Claims
     } else {
-        Worker::Reserver
+        BgWorker::Reserver
     };
     if let Some(shm) = shmem::get() {
         worker.pid(shm).clear();

@@ -66,7 +66,7 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
         shm.gen.revoke_durable();
         shm.gen.reset(floor, cfg.layout.sequence_bits());
         shm.mark.set_generation(old.map_or(0, |r| r.generation));
-        start::settle(shm, cfg, lim);
+        start::floor_if_copied(shm, cfg, lim);
         let reservation = Reservation::for_layout(&cfg.layout);
         let mark = reservation.target(&shm.gen, lim, now_tick, floor.unwrap_or(0));
         let w = write(shm, cfg, mark)?;
@@ -130,7 +130,7 @@ pub fn floor_above(
     let now = now_ms();
     let now_tick = layout.tick_at_ms(now).unwrap_or(0);
     let w = shm.mark.with_lock(|| {
-        start::settle(shm, cfg, lim);
+        start::floor_if_copied(shm, cfg, lim);
         shm.gen.raise_floor(tick, lim.sequence_bits);
         let reservation = Reservation::for_layout(layout);
         let mark = reservation.next_mark(&shm.gen, lim, now_tick, tick + 1, shm.mark.tick());

@@ -94,6 +94,14 @@ pub fn refuse_for_claim(shm: &Shmem, refuse: bool) -> bool {
     was
 }
 
+/// Where shared memory is made: a claim's refusal remembered from the
+/// server's last run stands again. Nothing to revoke: no ID was issued
+/// under the window the start just published, and none will be while the
+/// flag stands.
+pub fn refuse_for_claim_at_start(shm: &Shmem) {
+    shm.refusal.set_claim(true);
+}
+
 /// The error the next write of the mark would meet in opening the state
 /// file (permissions, a read-only file system), if any.
 pub fn write_problem() -> Option<Failure> {
@@ -177,7 +185,7 @@ pub fn extend(
     may_issue(shm)?;
     let reservation = Reservation::for_layout(&cfg.layout);
     let pending = shm.mark.with_lock(|| {
-        start::settle(shm, cfg, lim);
+        start::floor_if_copied(shm, cfg, lim);
         let written_here = shm.mark.source() == MarkSource::WrittenHere;
         let through_tick = match trigger {
             Trigger::Caller { through_tick, .. } if shm.gen.durable_end() > through_tick => {
@@ -207,7 +215,7 @@ pub fn extend(
         let w = write(shm, cfg, mark)?;
         let counter = match trigger {
             Trigger::Caller { .. } => &shm.counters.caller_writes,
-            Trigger::Reserver { .. } => &shm.counters.background_writes,
+            Trigger::Reserver { .. } => &shm.counters.reserver_writes,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(Some(w))

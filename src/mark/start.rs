@@ -1,5 +1,5 @@
 //! The mark at a start: read from the state file where shared memory is
-//! made (the postmaster, at start and after a crash), and settled once
+//! made (the postmaster, at start and after a crash), and floored once
 //! recovery is over, when a copy of another server's data shows.
 
 use super::file::{file, io_failure};
@@ -82,8 +82,8 @@ pub fn started_as_copy(shm: &Shmem) -> bool {
 /// data is a copy of another server's, puts the generator above what the
 /// copy may hold and says so in the log. Call holding the mark's lock,
 /// after recovery.
-pub(super) fn settle(shm: &Shmem, cfg: &Config, lim: &Limits) {
-    if shm.mark.settled() {
+pub(super) fn floor_if_copied(shm: &Shmem, cfg: &Config, lim: &Limits) {
+    if shm.mark.copy_checked() {
         return;
     }
     let (system_id, timeline) = xlog::origin();
@@ -105,12 +105,12 @@ pub(super) fn settle(shm: &Shmem, cfg: &Config, lim: &Limits) {
             .load(std::sync::atomic::Ordering::Relaxed),
         latest_xtime_ms: xlog::latest_replayed_commit_ms(),
     };
-    let settled = resume::settle(&cfg.layout, lim.lead_ticks, &origin);
-    if let Some(floor) = settled.floor_tick {
-        shm.gen.raise_floor(floor, lim.sequence_bits);
+    let floor = resume::after_copy(&cfg.layout, lim.lead_ticks, &origin);
+    if let Some(tick) = floor.floor_tick {
+        shm.gen.raise_floor(tick, lim.sequence_bits);
     }
-    if let Some(note) = settled.note {
+    if let Some(note) = floor.note {
         log!("snowflake_id: {note}");
     }
-    shm.mark.set_settled();
+    shm.mark.set_copy_checked();
 }

@@ -1,4 +1,4 @@
-//! Databases by OID, as the catalog names them.
+//! Databases by OID and by name, as the catalog has them.
 
 use pgrx::pg_sys;
 use std::ffi::CStr;
@@ -14,4 +14,13 @@ pub fn name(oid: pg_sys::Oid) -> Option<String> {
     // SAFETY: a palloc'd NUL-terminated name, not NULL (above).
     let name = unsafe { CStr::from_ptr(p) };
     Some(name.to_string_lossy().into_owned())
+}
+
+/// The OID of the database named `name` (in the server's encoding), if
+/// there is one.
+pub fn oid_by_name(name: &std::ffi::CStr) -> Option<pg_sys::Oid> {
+    // SAFETY: a NUL-terminated name; missing_ok, so a name not found is
+    // InvalidOid rather than an error.
+    let oid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
+    (oid != pg_sys::InvalidOid).then_some(oid)
 }

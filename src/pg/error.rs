@@ -31,7 +31,7 @@ fn code(class: Class) -> PgSqlErrorCode {
 #[track_caller]
 fn report(failure: Failure, level: PgLogLevel) {
     // Postgres sends a message in the database's encoding.
-    let text = |t: String| super::encoding::for_messages(&t).into_owned();
+    let text = |t: String| super::charset::for_messages(&t).into_owned();
     let mut r = ErrorReport::new(code(failure.class), text(failure.message), "snowflake_id");
     if let Some(d) = failure.detail {
         r = r.set_detail(text(d));

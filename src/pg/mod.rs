@@ -3,13 +3,15 @@
 //! here or next to the one structure it serves. Imports nothing from the
 //! crate above it.
 
+pub mod charset;
 pub mod clock;
 pub mod database;
 pub mod datadir;
-pub mod encoding;
+pub mod ddl;
 pub mod error;
 pub mod guc;
 pub mod int8_array;
+pub mod lock;
 pub mod process;
 pub mod role;
 pub mod row;
@@ -17,4 +19,5 @@ pub mod signals;
 pub mod spi;
 pub mod text;
 pub mod timeout;
+pub mod xact;
 pub mod xlog;

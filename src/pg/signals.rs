@@ -126,3 +126,11 @@ pub fn reload_if_asked() {
         }
     }
 }
+
+/// Sends SIGTERM to `pid`, a process of this server (a background worker
+/// of this library, which ends on it).
+pub fn terminate(pid: i32) {
+    // SAFETY: kill(2) with a process id and a signal number; a process
+    // gone meanwhile is ESRCH, harmless.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+}

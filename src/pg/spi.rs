@@ -31,3 +31,49 @@ pub fn first_value<T: FromDatum + IntoDatum>(
 pub fn run(statement: &str, args: &[DatumWithOid<'_>]) {
     ok(Spi::run_with_args(statement, args))
 }
+
+/// Runs `sql` (in the database's encoding), as SPI_execute does; its result
+/// code (negative: it failed). An error in the statement is raised by
+/// Postgres itself.
+pub fn execute(sql: &std::ffi::CStr) -> i32 {
+    ok(Spi::connect_mut(|_| {
+        // SAFETY: SPI is connected; the statement is NUL-terminated.
+        Ok::<_, SpiError>(unsafe { pgrx::pg_sys::SPI_execute(sql.as_ptr(), false, 0) })
+    }))
+}
+
+/// The `int8` in the first column of the first row of `query` (in the
+/// database's encoding), read from the newest committed data, not the
+/// transaction's snapshot; `Some(None)` where there is no row or it is
+/// NULL, `None` where the query cannot be planned.
+pub fn int8_of_latest_data(query: &std::ffi::CStr) -> Option<Option<i64>> {
+    use pgrx::pg_sys;
+    Spi::connect(|_| {
+        // SAFETY: SPI is connected; the plan, the snapshot and the result
+        // live in SPI's memory until it disconnects, after the value is
+        // copied out (an int8 is passed by value).
+        unsafe {
+            let plan = pg_sys::SPI_prepare(query.as_ptr(), 0, std::ptr::null_mut());
+            if plan.is_null() {
+                return None;
+            }
+            let rc = pg_sys::SPI_execute_snapshot(
+                plan,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                pg_sys::GetLatestSnapshot(),
+                std::ptr::null_mut(),
+                true,
+                false,
+                1,
+            );
+            let table = pg_sys::SPI_tuptable;
+            if rc != pg_sys::SPI_OK_SELECT as i32 || table.is_null() || pg_sys::SPI_processed == 0 {
+                return Some(None);
+            }
+            let mut null = false;
+            let d = pg_sys::SPI_getbinval(*(*table).vals, (*table).tupdesc, 1, &mut null);
+            Some((!null).then(|| d.value() as i64))
+        }
+    })
+}

@@ -2,7 +2,7 @@
 //! `encoding`): the `Text` argument and result type the SQL functions take,
 //! and identifiers quoted so that they read the same in any encoding.
 
-use super::encoding::{encoding, from_server, sql_ascii, to_server, utf8};
+use super::charset::{encoding, from_server, sql_ascii, to_server, utf8};
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::nullable::Nullable;
 use pgrx::pg_sys;

@@ -1,5 +1,7 @@
-//! A statement timeout armed by hand, for a background worker's statement
-//! that must not wait for ever: pgrx binds no part of `utils/timeout.h`.
+//! Timeouts: a statement timeout armed by hand, for a background worker's
+//! statement that must not wait for ever (pgrx binds no part of
+//! `utils/timeout.h`), and the lock and statement timeouts a statement runs
+//! under.
 
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -36,4 +38,25 @@ pub fn within<R>(ms: i32, f: impl FnOnce() -> R + std::panic::UnwindSafe) -> R {
             }
         })
         .execute()
+}
+
+/// This backend's `deadlock_timeout` and `lock_timeout`, in milliseconds
+/// (0: no lock timeout).
+pub fn lock_waits_ms() -> (i32, i32) {
+    // SAFETY: plain reads of this backend's settings.
+    unsafe { (pg_sys::DeadlockTimeout, pg_sys::LockTimeout) }
+}
+
+/// Whether the statement has run for its `statement_timeout` (never, where
+/// none is set).
+pub fn statement_time_is_up() -> bool {
+    // SAFETY: plain reads of this backend's setting and clock.
+    let (limit_ms, started, now) = unsafe {
+        (
+            pg_sys::StatementTimeout,
+            pg_sys::GetCurrentStatementStartTimestamp(),
+            pg_sys::GetCurrentTimestamp(),
+        )
+    };
+    limit_ms > 0 && now - started >= i64::from(limit_ms) * 1000
 }

@@ -91,7 +91,9 @@ pub fn wait_for_sync_standbys(lsn: u64, budget: Duration) -> StandbyWait {
         // SAFETY: WalSndCtl lives as long as the server; the flush position
         // synchronous standbys confirmed only grows, and an aligned 8-byte
         // read is atomic.
-        let confirmed = unsafe { std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[1]) };
+        let confirmed = unsafe {
+            std::ptr::read_volatile(&(*pg_sys::WalSndCtl).lsn[pg_sys::SYNC_REP_WAIT_FLUSH as usize])
+        };
         if confirmed >= lsn {
             return StandbyWait::Confirmed(started.elapsed());
         }

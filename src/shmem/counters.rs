@@ -25,7 +25,7 @@ pub struct Counters {
     /// Calls that raised an error (issue).
     pub errors: AtomicU64,
     /// Marks written by the reserver, and by callers (mark).
-    pub background_writes: AtomicU64,
+    pub reserver_writes: AtomicU64,
     pub caller_writes: AtomicU64,
     /// Mark records replayed from WAL since start: crash recovery, a
     /// standby, archive recovery (mark::redo).

@@ -62,7 +62,7 @@ pub struct MarkState {
     /// Recovery files found in the data directory at start, one bit each.
     recovery_files: AtomicU8,
     /// Whether the check for copied data has run since start.
-    settled: AtomicBool,
+    copy_checked: AtomicBool,
 }
 
 impl MarkState {
@@ -78,7 +78,7 @@ impl MarkState {
             logged_lsn: AtomicU64::new(0),
             standby_wait_since_ms: AtomicI64::new(0),
             recovery_files: AtomicU8::new(0),
-            settled: AtomicBool::new(false),
+            copy_checked: AtomicBool::new(false),
         }
     }
 
@@ -177,11 +177,11 @@ impl MarkState {
         self.recovery_files.store(bits, Ordering::Relaxed);
     }
 
-    pub fn settled(&self) -> bool {
-        self.settled.load(Ordering::Acquire)
+    pub fn copy_checked(&self) -> bool {
+        self.copy_checked.load(Ordering::Acquire)
     }
 
-    pub fn set_settled(&self) {
-        self.settled.store(true, Ordering::Release);
+    pub fn set_copy_checked(&self) {
+        self.copy_checked.store(true, Ordering::Release);
     }
 }

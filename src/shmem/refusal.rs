@@ -1,7 +1,7 @@
 //! Whether generation is refused, and why: the one place a refusal is kept.
 //! The mark sets and lifts its own reasons (`mark`); the claims worker sets
-//! and lifts a claim's (`mark::refuse_for_claim`, which also revokes the
-//! durable window).
+//! and lifts a claim's through the mark too (`mark::refuse_for_claim`,
+//! which also revokes the durable window, and `refuse_for_claim_at_start`).
 
 use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::Failure;

@@ -12,7 +12,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Lowest first: each may name only those before it.
-LAYERS = ["pg", "catalog", "settings", "shmem", "mark", "citus", "opaque", "copies", "issue", "bgworkers", "api"]
+LAYERS = ["pg", "catalog", "settings", "shmem", "mark", "citus", "opaque", "copies", "worker_id", "issue", "bgworkers", "api"]
 # lib.rs wires every part; sql_tests are the #[pg_test] tests, of the whole.
 ABOVE_ALL = {"lib", "sql_tests"}
 
@@ -155,3 +155,34 @@ def test_the_map_names_every_layer_and_every_part_of_src():
     # And in the order of LAYERS, lowest first.
     order = [n for n in re.findall(r"^ {2}([a-z_]+)(?:/|\.rs)\s", block, re.M) if n in LAYERS]
     assert order == LAYERS, f"the map's order {order} is not the layers' {LAYERS}"
+
+
+def unsafe_blocks(src):
+    """(file relative to `src`, line, lines) of every `unsafe { ... }` block."""
+    found = []
+    for root, _, files in os.walk(src):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(root, f)
+            text = strip_comments(open(path, encoding="utf-8").read())
+            for m in re.finditer(r"\bunsafe\s*\{", text):
+                i, depth = m.end(), 1
+                while depth and i < len(text):
+                    depth += {"{": 1, "}": -1}.get(text[i], 0)
+                    i += 1
+                found.append((os.path.relpath(path, src), text[:m.start()].count("\n") + 1,
+                              text[m.start():i].count("\n") + 1))
+    return found
+
+
+def test_postgres_glue_lives_in_pg():
+    """Most `unsafe` calls into Postgres are in pg/, behind safe wrappers;
+    elsewhere no block is longer than 25 lines (one call, or a few, with the
+    reason they are sound beside them)."""
+    blocks = unsafe_blocks(os.path.join(REPO, "src"))
+    in_pg = [b for b in blocks if b[0].startswith("pg" + os.sep)]
+    assert len(blocks) > 50
+    assert len(in_pg) > len(blocks) / 2, f"{len(in_pg)} of {len(blocks)} unsafe blocks in pg/"
+    long = [f"{f}:{line} ({n} lines)" for f, line, n in blocks if not f.startswith("pg" + os.sep) and n > 25]
+    assert long == []

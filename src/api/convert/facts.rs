@@ -1,469 +1,21 @@
-//! snowflake_convert: reads the catalog into the facts the core plans from,
-//! checks that new IDs sort after the old keys, and runs the plan (or only
-//! shows it).
-
-use std::ffi::CStr;
+//! The catalog read into the facts the core plans a conversion from: the
+//! column and every column that references it, the views, publications,
+//! grants and Citus tables that depend on them, and the old default.
 
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::spi::{SpiClient, SpiResult};
 use snowflake_id_core::convert::{
-    self, CitusTable, Column, Facts, Grant, Leftover, OldDefault, Referencing, Step, View,
+    self, CitusTable, Column, Facts, Grant, Leftover, OldDefault, Referencing, View,
 };
 use snowflake_id_core::{Class, Failure};
 
-use crate::pg::error::{raise, OrRaise};
 use crate::pg::spi::ok as spi;
 use crate::pg::text::Text;
 
-/// Switches a table's key column (serial, bigserial, identity or a
-/// `DEFAULT nextval(...)`) to `DEFAULT snowflake_nextval()` in the calling
-/// transaction: integer columns become bigint together with every column
-/// that references them, identity is dropped, dependent views are made
-/// again, existing rows keep their keys. Returns the statements it ran, or
-/// with `dry_run` would run. VOLATILE and PARALLEL UNSAFE: it changes the
-/// schema.
-///
-/// Anyone may call it, and it gives no one more than they have: each
-/// statement runs as the owner of what it changes, in a security-restricted
-/// operation, and the caller must have the privileges of every such owner
-/// (as ALTER TABLE itself asks). The search path is pinned to pg_catalog
-/// for the call, so no function or operator a user created is reached by
-/// its catalog queries; row security is off, so a policy cannot hide keys
-/// from the order check (a table it would filter is an error instead).
-#[pg_extern(
-    volatile,
-    strict,
-    parallel_unsafe,
-    sql = r#"
-CREATE FUNCTION snowflake_convert(
-    tbl regclass,
-    col name DEFAULT 'id',
-    dry_run boolean DEFAULT false,
-    drop_sequence boolean DEFAULT false,
-    subscribers_widened boolean DEFAULT false
-) RETURNS SETOF text
-VOLATILE STRICT PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET row_security = off
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
-"#
-)]
-fn snowflake_convert(
-    tbl: pg_sys::Oid,
-    col: &CStr,
-    dry_run: bool,
-    drop_sequence: bool,
-    subscribers_widened: bool,
-) -> SetOfIterator<'static, Text> {
-    let col = crate::pg::encoding::from_server(col.to_bytes()).or_raise();
-    let col = col.as_str();
-    let asked = Asked {
-        drop_sequence,
-        subscribers_widened,
-    };
-    let facts = || read_facts(tbl, col, &asked).or_raise();
-    let (first, first_sequence, first_oids) = facts();
-    let mut steps = convert::steps(&first).or_raise();
-    if steps.is_empty() {
-        return SetOfIterator::new(Vec::new());
-    }
-    // Before any lock: who may do what is known from the catalog alone.
-    let mut roles = Roles::default();
-    roles.check(&steps);
-    // By OID: a name could be given to another table in between.
-    let locks = |f: &Facts, sequence, oids: &[(String, pg_sys::Oid)]| Locks {
-        tables: convert::lock_order(f)
-            .into_iter()
-            .filter_map(|t| oids.iter().find(|(name, _)| name == t).map(|(_, oid)| *oid))
-            .collect(),
-        names: convert::lock_order(f).join(", "),
-        sequence,
-    };
-    let (facts, sequence, oids) = if dry_run {
-        (first, first_sequence, first_oids)
-    } else {
-        // Locked before the check and the final reading, so no insert gets
-        // in between: the plan is made again from what the lock holds.
-        lock_keeping_timeout(&locks(&first, first_sequence, &first_oids));
-        let (facts, sequence, oids) = facts();
-        steps = convert::steps(&facts).or_raise();
-        if steps.is_empty() {
-            return SetOfIterator::new(Vec::new());
-        }
-        roles.check(&steps);
-        (facts, sequence, oids)
-    };
-    if let Some(w) = convert::widening_warning(&facts) {
-        crate::pg::error::log(w, pgrx::PgLogLevel::WARNING);
-    }
-    let owner = roles.oid(&facts.target.owner);
-    let largest = as_role(Some(owner), || largest_key(&facts.target));
-    let next = crate::issue::next_id_unseen();
-    convert::check_above(&facts.target, largest, next).or_raise();
-    if !dry_run {
-        lock_keeping_timeout(&locks(&facts, sequence, &oids));
-        let rebuilt = |oids: &[(String, pg_sys::Oid)]| {
-            spi(Spi::connect(|c| {
-                Ok::<_, pgrx::spi::SpiError>(
-                    oids.iter()
-                        .flat_map(|(_, relid)| rebuilt_calls(c, *relid))
-                        .collect::<Vec<_>>(),
-                )
-            }))
-        };
-        let before = rebuilt(&oids);
-        for s in &steps[1..] {
-            let role = s.role.as_deref().map(|r| roles.oid(r));
-            as_role(role, || run(&s.sql));
-        }
-        // What was made again from text calls what it called (else the
-        // whole conversion is undone with the error).
-        for (what, now) in rebuilt(&oids) {
-            let was = before
-                .iter()
-                .find(|(w, _)| *w == what)
-                .map(|(_, c)| c.as_slice());
-            convert::check_calls(&what, was.unwrap_or_default(), &now).or_raise();
-        }
-        // The default was written as text (schema-qualified) and parsed again
-        // by ALTER TABLE: it must call the extension's own function, whatever
-        // the owner of that schema renamed or created in between.
-        let own = spi(Spi::connect(|c| {
-            Ok::<_, pgrx::spi::SpiError>(snowflake_nextval(c).1)
-        }));
-        let calls_own: Option<bool> = spi(Spi::get_one_with_args(
-            "SELECT EXISTS (SELECT 1 FROM pg_attrdef ad \
-                 JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
-                 JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid \
-                      AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = $3 \
-                 WHERE ad.adrelid = $1 AND a.attname = $2::name)",
-            // The column's name in the database's encoding, as the catalog has it.
-            &[tbl.into(), Text(col.to_string()).into(), own.into()],
-        ));
-        if own.is_none() || calls_own != Some(true) {
-            crate::pg::error::raise(
-                Failure::new(
-                    Class::NotSupported,
-                    format!("the default written on {} does not call snowflake_id's own snowflake_nextval()", facts.target.table),
-                )
-                .detail("The schema of the extension's functions changed while the table was converted (renamed, or another function put in its place).")
-                .hint("Nothing was converted. Check who owns that schema and what it holds, then run it again."),
-            );
-        }
-        for v in &facts.views {
-            let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
-                "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
-                &[Text(v.name.clone()).into()],
-            ));
-            if let Some(oid) = oid {
-                let now = spi(Spi::connect(|c| {
-                    Ok::<_, pgrx::spi::SpiError>(view_calls(c, oid))
-                }));
-                convert::check_calls(&format!("view {}", v.name), &v.calls, &now).or_raise();
-            }
-        }
-    }
-    // Returned in the database's encoding, as every text it returns.
-    SetOfIterator::new(steps.into_iter().map(|s| Text(s.sql)).collect::<Vec<_>>())
-}
-
-/// The largest key, read from the newest committed data (not the snapshot
-/// of a REPEATABLE READ or SERIALIZABLE transaction, which can miss keys
-/// committed since it began; the table is locked by now, so none can come
-/// after this reading).
-fn largest_key(target: &Column) -> Option<i64> {
-    let query = std::ffi::CString::new(crate::pg::encoding::to_server(&format!(
-        "SELECT pg_catalog.max({})::pg_catalog.int8 FROM {}",
-        target.column, target.table
-    )))
-    .unwrap_or_default();
-    Spi::connect(|_| {
-        // SAFETY: SPI is connected; the plan, the snapshot and the result
-        // live in SPI's memory until it disconnects, after the value is
-        // copied out (an int8 is passed by value).
-        unsafe {
-            let plan = pg_sys::SPI_prepare(query.as_ptr(), 0, std::ptr::null_mut());
-            if plan.is_null() {
-                pgrx::error!(
-                    "snowflake_convert could not read the largest key of {}",
-                    target.table
-                );
-            }
-            let rc = pg_sys::SPI_execute_snapshot(
-                plan,
-                std::ptr::null_mut(),
-                std::ptr::null(),
-                pg_sys::GetLatestSnapshot(),
-                std::ptr::null_mut(),
-                true,
-                false,
-                1,
-            );
-            let table = pg_sys::SPI_tuptable;
-            if rc != pg_sys::SPI_OK_SELECT as i32 || table.is_null() || pg_sys::SPI_processed == 0 {
-                return None;
-            }
-            let mut null = false;
-            let d = pg_sys::SPI_getbinval(*(*table).vals, (*table).tupdesc, 1, &mut null);
-            (!null).then(|| d.value() as i64)
-        }
-    })
-}
-
-/// Runs `f` as `role` (the table owner, for its code: see
-/// `role::acting_as`), or as the caller for `None`.
-fn as_role<R>(role: Option<pg_sys::Oid>, f: impl FnOnce() -> R) -> R {
-    match role {
-        Some(role) => crate::pg::role::acting_as(role, f),
-        None => f(),
-    }
-}
-
-/// The roles steps run as, looked up once each.
-#[derive(Default)]
-struct Roles {
-    oids: Vec<(String, pg_sys::Oid)>,
-}
-
-impl Roles {
-    /// The OID of a quoted role name, as the catalog wrote it.
-    fn oid(&mut self, quoted: &str) -> pg_sys::Oid {
-        if let Some((_, oid)) = self.oids.iter().find(|(r, _)| r == quoted) {
-            return *oid;
-        }
-        let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
-            "SELECT $1::pg_catalog.regrole::pg_catalog.oid",
-            &[Text(quoted.to_string()).into()],
-        ))
-        .unwrap_or(pg_sys::InvalidOid);
-        self.oids.push((quoted.to_string(), oid));
-        oid
-    }
-
-    /// Refuses, before anything changes, a conversion whose statements the
-    /// caller could not run as the owners they belong to.
-    fn check(&mut self, steps: &[Step]) {
-        for s in steps {
-            let (Some(role), Some(of)) = (&s.role, &s.owner_of) else {
-                continue;
-            };
-            let oid = self.oid(role);
-            if !crate::pg::role::acts_as(oid) {
-                raise(
-                    Failure::new(
-                        Class::Privilege,
-                        format!("snowflake_convert must change {of}, owned by role {role}, and role {} has not the privileges of {role}", current_role()),
-                    )
-                    .detail("Each statement of a conversion runs as the owner of what it changes; its caller must be allowed to act as that owner, as for the statement itself.")
-                    .hint(format!("Run it as {role}, as a member of {role}, or as a superuser.")),
-                );
-            }
-        }
-    }
-}
-
-fn current_role() -> String {
-    spi(Spi::get_one::<Text>(
-        "SELECT pg_catalog.quote_ident(CURRENT_USER::pg_catalog.text)",
-    ))
-    .map(|t| t.0)
-    .unwrap_or_default()
-}
-
-/// Runs one statement, written in the database's encoding (names in it
-/// came from the catalog, so it can hold them all).
-fn run(statement: &str) {
-    let sql = std::ffi::CString::new(crate::pg::encoding::to_server(statement)).unwrap_or_default();
-    let rc = Spi::connect_mut(|_| {
-        // SAFETY: SPI is connected; an error in the statement is raised
-        // by Postgres itself.
-        Ok::<_, pgrx::spi::SpiError>(unsafe { pg_sys::SPI_execute(sql.as_ptr(), false, 0) })
-    });
-    if spi(rc) < 0 {
-        pgrx::error!("snowflake_convert could not run: {statement}");
-    }
-}
-
-/// What a conversion must hold before it looks at the data: every table
-/// it alters, and the sequence it drops (with `drop_sequence`, or an
-/// identity's), whose users would otherwise keep the DROP waiting.
-struct Locks {
-    tables: Vec<pg_sys::Oid>,
-    /// The tables, named, for messages.
-    names: String,
-    sequence: Option<pg_sys::Oid>,
-}
-
-/// The longest one attempt to lock waits in the queue: while it waits, every
-/// new insert into the table waits behind it.
-const ATTEMPT_MAX_MS: i32 = 20;
-/// The pause after a failed attempt, in which nobody waits for this one.
-const PAUSE_MS: u64 = 100;
-
-/// Takes `locks` without ever waiting long while holding part of them, or
-/// holding up others for long. Whatever order the tables are locked in,
-/// some application transaction can hold one of them and wait for another
-/// (an order inserted, then its lines, in one transaction); waiting there
-/// would end in a deadlock error for someone. And while a lock request
-/// waits, every later request on the table waits behind it: behind a long
-/// transaction, the application's inserts would wait as long. So each
-/// attempt takes them one by one within 20 ms (or half of
-/// `deadlock_timeout`, if less) in all, gives back what it got if it fails,
-/// pauses 100 ms, and tries again, until the session's own `lock_timeout`
-/// (if any) is spent: behind a long transaction, inserts wait at most 20 ms
-/// at a time, in at most a sixth of the time.
-fn lock(locks: &Locks) {
-    // SAFETY: plain reads of this backend's settings.
-    let (deadlock_ms, budget_ms) = unsafe { (pg_sys::DeadlockTimeout, pg_sys::LockTimeout) };
-    let attempt_ms = u64::try_from((deadlock_ms / 2).clamp(1, ATTEMPT_MAX_MS)).unwrap_or(1);
-    let start = std::time::Instant::now();
-    loop {
-        let mut wait = std::time::Duration::from_millis(attempt_ms);
-        if budget_ms > 0 {
-            let left =
-                std::time::Duration::from_millis(budget_ms as u64).saturating_sub(start.elapsed());
-            if left.is_zero() {
-                raise(
-                    Failure::new(
-                        Class::LockNotAvailable,
-                        format!("could not lock the tables to convert within lock_timeout ({budget_ms} ms)"),
-                    )
-                    .detail(format!("Tables: {}.", locks.names))
-                    .hint("Run it again when fewer transactions hold these tables, or with a longer lock_timeout (0 waits until it gets them)."),
-                );
-            }
-            wait = wait.min(left);
-        }
-        if try_lock(locks, wait) {
-            return;
-        }
-        statement_timeout_check();
-        crate::pg::clock::sleep_on_latch(PAUSE_MS);
-        pgrx::check_for_interrupts!();
-    }
-}
-
-/// Raises the statement timeout's error once the statement has run for
-/// `statement_timeout`. Postgres raises it itself, except when it comes due
-/// during a lock wait that its lock_timeout ends first: the one error
-/// reported then is the lock timeout, which an attempt takes as its own,
-/// and the statement timeout would never come again.
-fn statement_timeout_check() {
-    // SAFETY: plain reads of this backend's setting and clock.
-    let (limit_ms, started, now) = unsafe {
-        (
-            pg_sys::StatementTimeout,
-            pg_sys::GetCurrentStatementStartTimestamp(),
-            pg_sys::GetCurrentTimestamp(),
-        )
-    };
-    if limit_ms > 0 && now - started >= i64::from(limit_ms) * 1000 {
-        pgrx::ereport!(
-            ERROR,
-            PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-            "canceling statement due to statement timeout"
-        );
-    }
-}
-
-/// One attempt in a subtransaction, which gives the locks back if it fails.
-fn try_lock(locks: &Locks, wait: std::time::Duration) -> bool {
-    let deadline = std::time::Instant::now() + wait;
-    // SAFETY: the subtransaction pattern of PL/pgSQL's exception blocks:
-    // begun here, and released or rolled back on every path below (an
-    // error other than a lock timeout too, before it goes on), with the
-    // memory context and resource owner put back.
-    unsafe {
-        let (context, owner) = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
-        let end = |keep: bool| {
-            if keep {
-                pg_sys::ReleaseCurrentSubTransaction();
-            } else {
-                pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            }
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let locked = PgTryBuilder::new(|| {
-            for &t in &locks.tables {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return false;
-                }
-                // Gone with the subtransaction if it fails; put back by
-                // the caller if not.
-                run(&format!(
-                    "SET LOCAL lock_timeout = {}",
-                    left.as_millis().max(1)
-                ));
-                // The table, then (as LOCK TABLE does) its partitions and
-                // children, which no one can add while it is locked; all
-                // within what is left of the attempt.
-                let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
-                pg_sys::LockRelationOid(t, mode);
-                for child in descendants(t) {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        return false;
-                    }
-                    run(&format!(
-                        "SET LOCAL lock_timeout = {}",
-                        left.as_millis().max(1)
-                    ));
-                    pg_sys::LockRelationOid(child, mode);
-                }
-            }
-            locks.sequence.is_none_or(|seq| {
-                pg_sys::ConditionalLockRelationOid(
-                    seq,
-                    pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE,
-                )
-            })
-        })
-        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| false)
-        .catch_others(|e| {
-            end(false);
-            e.rethrow()
-        })
-        .execute();
-        end(locked);
-        locked
-    }
-}
-
-/// The partitions and children of `relid`, at every level.
-fn descendants(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
-    spi(Spi::connect(|c| {
-        c.select(
-            &format!("{} SELECT relid FROM tree WHERE relid <> $1", tree("$1")),
-            None,
-            &args([relid.into()]),
-        )
-        .map(|rows| {
-            rows.filter_map(|r| r.get::<pg_sys::Oid>(1).ok().flatten())
-                .collect()
-        })
-    }))
-}
-
-/// `lock` with the session's own lock_timeout in force again afterwards
-/// (a released subtransaction hands its SET LOCAL on to the transaction).
-fn lock_keeping_timeout(locks: &Locks) {
-    let old = spi(Spi::get_one::<String>(
-        "SELECT current_setting('lock_timeout')",
-    ))
-    .unwrap_or_default();
-    lock(locks);
-    spi(Spi::run_with_args(
-        "SELECT set_config('lock_timeout', $1, true)",
-        &[old.into()],
-    ));
-}
-
-fn args<'a>(values: impl IntoIterator<Item = DatumWithOid<'a>>) -> Vec<DatumWithOid<'a>> {
+pub(super) fn args<'a>(
+    values: impl IntoIterator<Item = DatumWithOid<'a>>,
+) -> Vec<DatumWithOid<'a>> {
     values.into_iter().collect()
 }
 
@@ -476,16 +28,16 @@ struct Found {
 
 /// The facts, and the sequence the plan drops (to be locked with the tables).
 /// What the caller asked for besides the column.
-struct Asked {
-    drop_sequence: bool,
-    subscribers_widened: bool,
+pub(super) struct Asked {
+    pub(super) drop_sequence: bool,
+    pub(super) subscribers_widened: bool,
 }
 
 /// The facts, the sequence the plan drops, and each table's OID by the
 /// name the plan gives it (locks are taken by OID).
-type Read = (Facts, Option<pg_sys::Oid>, Vec<(String, pg_sys::Oid)>);
+pub(super) type Read = (Facts, Option<pg_sys::Oid>, Vec<(String, pg_sys::Oid)>);
 
-fn read_facts(tbl: pg_sys::Oid, col: &str, asked: &Asked) -> Result<Read, Failure> {
+pub(super) fn read_facts(tbl: pg_sys::Oid, col: &str, asked: &Asked) -> Result<Read, Failure> {
     Spi::connect(|c| facts_with(c, tbl, col, asked))
 }
 
@@ -617,7 +169,7 @@ fn facts_with(
 
 /// A CTE `tree(relid)`: the relation the parameter `root` names, and its
 /// partitions and children at every level.
-fn tree(root: &str) -> String {
+pub(super) fn tree(root: &str) -> String {
     format!("WITH RECURSIVE tree(relid) AS (SELECT {root}::oid UNION SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.relid)")
 }
 
@@ -645,7 +197,7 @@ fn top(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Option<(pg_sys::Oid, String, St
 /// a function of its own to it (ALTER EXTENSION ADD). Only a superuser can
 /// create a C function, and this one is the library's own symbol, in the
 /// extension's schema.
-fn snowflake_nextval(c: &SpiClient<'_>) -> (String, Option<pg_sys::Oid>) {
+pub(super) fn snowflake_nextval(c: &SpiClient<'_>) -> (String, Option<pg_sys::Oid>) {
     let rows = spi(c.select(
         "SELECT format('%I.%I()', n.nspname, p.proname), p.oid FROM pg_proc p \
          JOIN pg_namespace n ON n.oid = p.pronamespace \
@@ -1009,7 +561,7 @@ fn lines(text: Option<String>) -> Vec<String> {
 }
 
 /// The functions and operators outside pg_catalog the view `oid` calls.
-fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
+pub(super) fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
     let rows = spi(c.select(
         &format!(
             "SELECT {} FROM pg_rewrite w WHERE w.ev_class = $1",
@@ -1025,7 +577,7 @@ fn view_calls(c: &SpiClient<'_>, oid: pg_sys::Oid) -> Vec<String> {
 /// (and of its partitions and children) change type: CHECK and exclusion
 /// constraints, indexes, statistics objects; each named, with the
 /// functions and operators outside pg_catalog it calls.
-fn rebuilt_calls(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Vec<(String, Vec<String>)> {
+pub(super) fn rebuilt_calls(c: &SpiClient<'_>, relid: pg_sys::Oid) -> Vec<(String, Vec<String>)> {
     let rows = spi(c.select(
         &format!(
             "{} \

@@ -1,7 +1,7 @@
 //! The one utility hook of the extension: what it checks or arranges around
 //! commands others run. A Citus reference table is kept from diverging
 //! (`citus::refuse_divergent_default`), the claims worker leaves the
-//! databases that commands need to themselves (`claims::away::around`), and
+//! databases that commands need to themselves (`away::around`), and
 //! `DISCARD ALL` / `DISCARD SEQUENCES` forget `snowflake_lastval()`, as they
 //! make `lastval()` forget (a pooler's reset between clients).
 //!
@@ -9,9 +9,11 @@
 //! listed after `citus`, so it runs before Citus carries a command to the
 //! other nodes: a refusal here leaves every node as it was.
 
-use crate::bgworkers::claims::away;
+mod away;
+
 use crate::citus;
 use crate::issue;
+use crate::pg::ddl::Statement;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -27,31 +29,14 @@ pub fn install() {
 }
 
 /// Checks `stmt`, then runs it (`run`) with whatever it needs arranged.
-fn around(stmt: *mut pg_sys::Node, run: impl FnOnce() + std::panic::UnwindSafe) {
-    // SAFETY: the statement Postgres is about to run, unchanged.
-    unsafe { citus::refuse_divergent_default(stmt) };
-    // SAFETY: as above; read before the command runs.
-    let discards = unsafe { discards_sequences(stmt) };
+fn around(stmt: &Statement<'_>, run: impl FnOnce() + std::panic::UnwindSafe) {
+    citus::refuse_divergent_default(stmt);
+    // Read before the command runs.
+    let discards = stmt.discards_sequences();
     away::around(stmt, run);
     // After the command: one refused (inside a transaction block) forgets nothing.
     if discards {
         issue::forget_last();
-    }
-}
-
-/// Whether `stmt` is `DISCARD ALL` or `DISCARD SEQUENCES`.
-///
-/// # Safety
-/// `stmt` is null or a valid node.
-unsafe fn discards_sequences(stmt: *mut pg_sys::Node) -> bool {
-    // SAFETY: a DiscardStmt node, by its tag.
-    unsafe {
-        !stmt.is_null()
-            && pgrx::is_a(stmt, pg_sys::NodeTag::T_DiscardStmt)
-            && matches!(
-                (*stmt.cast::<pg_sys::DiscardStmt>()).target,
-                pg_sys::DiscardMode::DISCARD_ALL | pg_sys::DiscardMode::DISCARD_SEQUENCES
-            )
     }
 }
 
@@ -69,9 +54,12 @@ unsafe extern "C-unwind" fn process_utility(
     dest: *mut pg_sys::DestReceiver,
     qc: *mut pg_sys::QueryCompletion,
 ) {
+    // SAFETY: the statement Postgres is about to run, whose tree outlives
+    // the command.
+    let stmt = unsafe { Statement::new((*pstmt).utilityStmt) };
     // SAFETY: the next hook in line, or Postgres's own, with the
     // arguments it was called with.
-    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
+    around(&stmt, || unsafe {
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(pstmt, query, read_only_tree, context, params, env, dest, qc),
             None => pg_sys::standard_ProcessUtility(
@@ -100,7 +88,9 @@ unsafe extern "C-unwind" fn process_utility(
     qc: *mut pg_sys::QueryCompletion,
 ) {
     // SAFETY: as above.
-    around(unsafe { (*pstmt).utilityStmt }, || unsafe {
+    let stmt = unsafe { Statement::new((*pstmt).utilityStmt) };
+    // SAFETY: as above.
+    around(&stmt, || unsafe {
         match PREV_PROCESS_UTILITY {
             Some(prev) => prev(pstmt, query, context, params, env, dest, qc),
             None => pg_sys::standard_ProcessUtility(pstmt, query, context, params, env, dest, qc),

@@ -1,0 +1,302 @@
+//! The parse tree of a utility statement about to run, read the way the
+//! utility hook needs it: which database a command needs free of sessions,
+//! whether it drops one or discards sequences, and the columns an `ALTER
+//! TABLE ... ADD COLUMN` adds with a default, with that default cooked as
+//! PostgreSQL will cook it. Every pointer read here belongs to the parse
+//! tree, which outlives the command.
+
+use super::charset::from_server;
+use super::error::raise;
+use pgrx::prelude::*;
+use pgrx::{pg_sys, PgList};
+use std::ffi::CStr;
+use std::marker::PhantomData;
+
+/// A utility statement's parse tree, valid for `'a` (the command).
+#[derive(Clone, Copy)]
+pub struct Statement<'a> {
+    node: *mut pg_sys::Node,
+    tree: PhantomData<&'a pg_sys::Node>,
+}
+
+impl<'a> Statement<'a> {
+    /// # Safety
+    /// `node` is NULL or the parse tree of the utility statement about to
+    /// run, which outlives `'a`.
+    pub unsafe fn new(node: *mut pg_sys::Node) -> Statement<'a> {
+        Statement {
+            node,
+            tree: PhantomData,
+        }
+    }
+
+    fn is(&self, tag: pg_sys::NodeTag) -> bool {
+        // SAFETY: a parse tree node, read by its tag (see `new`).
+        !self.node.is_null() && unsafe { pgrx::is_a(self.node, tag) }
+    }
+
+    /// Whether it is `DROP DATABASE`.
+    pub fn drops_database(&self) -> bool {
+        self.is(pg_sys::NodeTag::T_DropdbStmt)
+    }
+
+    /// Whether it is `DISCARD ALL` or `DISCARD SEQUENCES`.
+    pub fn discards_sequences(&self) -> bool {
+        if !self.is(pg_sys::NodeTag::T_DiscardStmt) {
+            return false;
+        }
+        // SAFETY: a DiscardStmt node, by its tag.
+        let target = unsafe { (*self.node.cast::<pg_sys::DiscardStmt>()).target };
+        matches!(
+            target,
+            pg_sys::DiscardMode::DISCARD_ALL | pg_sys::DiscardMode::DISCARD_SEQUENCES
+        )
+    }
+
+    /// The database the statement needs free of other sessions, if any:
+    /// `DROP DATABASE`, `ALTER DATABASE ... RENAME TO` and `... SET
+    /// TABLESPACE` (their database), `CREATE DATABASE ... TEMPLATE` (its
+    /// template).
+    pub fn database_needing_free(&self) -> Option<&'a CStr> {
+        if self.node.is_null() {
+            return None;
+        }
+        let option = |options: *mut pg_sys::List, name: &CStr| -> Option<*mut pg_sys::DefElem> {
+            // SAFETY: a list of DefElem, as the parser makes these options.
+            unsafe { PgList::<pg_sys::DefElem>::from_pg(options) }
+                .iter_ptr()
+                // SAFETY: each element is a DefElem with a name.
+                .find(|d| unsafe { CStr::from_ptr((**d).defname) } == name)
+        };
+        let stmt = self.node;
+        // SAFETY: the node's tag says which statement it is; each name read
+        // is a NUL-terminated string of the parse tree, which outlives 'a.
+        unsafe {
+            match (*stmt).type_ {
+                pg_sys::NodeTag::T_DropdbStmt => {
+                    Some(CStr::from_ptr((*stmt.cast::<pg_sys::DropdbStmt>()).dbname))
+                }
+                pg_sys::NodeTag::T_RenameStmt => {
+                    let r = stmt.cast::<pg_sys::RenameStmt>();
+                    ((*r).renameType == pg_sys::ObjectType::OBJECT_DATABASE)
+                        .then(|| CStr::from_ptr((*r).subname))
+                }
+                pg_sys::NodeTag::T_CreatedbStmt => {
+                    let c = stmt.cast::<pg_sys::CreatedbStmt>();
+                    // TEMPLATE DEFAULT has no argument: the default template.
+                    option((*c).options, c"template")
+                        .filter(|d| !(**d).arg.is_null())
+                        .map(|d| CStr::from_ptr(pg_sys::defGetString(d)))
+                }
+                pg_sys::NodeTag::T_AlterDatabaseStmt => {
+                    let a = stmt.cast::<pg_sys::AlterDatabaseStmt>();
+                    option((*a).options, c"tablespace").map(|_| CStr::from_ptr((*a).dbname))
+                }
+                _ => None,
+            }
+        }
+    }
+
+    /// An `ALTER TABLE` that adds columns with a default: its table (not
+    /// looked up yet) and those columns. `None` for any other statement.
+    pub fn columns_added_with_default(&self) -> Option<AddColumns<'a>> {
+        if !self.is(pg_sys::NodeTag::T_AlterTableStmt) {
+            return None;
+        }
+        let alter = self.node.cast::<pg_sys::AlterTableStmt>();
+        // SAFETY: an AlterTableStmt by its tag; its commands are
+        // AlterTableCmd nodes, and an AT_AddColumn's def a ColumnDef once
+        // its tag says so.
+        let columns: Vec<AddedColumn<'a>> = unsafe {
+            PgList::<pg_sys::AlterTableCmd>::from_pg((*alter).cmds)
+                .iter_ptr()
+                .filter(|c| {
+                    (**c).subtype == pg_sys::AlterTableType::AT_AddColumn
+                        && !(**c).def.is_null()
+                        && pgrx::is_a((**c).def, pg_sys::NodeTag::T_ColumnDef)
+                })
+                .map(|c| (*c).def.cast::<pg_sys::ColumnDef>())
+                .filter_map(|def| {
+                    raw_default(def).map(|raw| AddedColumn {
+                        def,
+                        raw,
+                        tree: PhantomData,
+                    })
+                })
+                .collect()
+        };
+        (!columns.is_empty()).then_some(AddColumns {
+            // SAFETY: as above.
+            relation: unsafe { (*alter).relation },
+            columns,
+        })
+    }
+}
+
+/// The raw expression of a column definition's default, if it has one: the
+/// parser leaves it among the column's constraints.
+///
+/// # Safety
+/// `def` is a column definition of a parse tree.
+unsafe fn raw_default(def: *mut pg_sys::ColumnDef) -> Option<*mut pg_sys::Node> {
+    // SAFETY: a ColumnDef's fields and its list of Constraint nodes.
+    unsafe {
+        if !(*def).raw_default.is_null() {
+            return Some((*def).raw_default);
+        }
+        PgList::<pg_sys::Node>::from_pg((*def).constraints)
+            .iter_ptr()
+            .filter(|n| pgrx::is_a(*n, pg_sys::NodeTag::T_Constraint))
+            .map(|n| n.cast::<pg_sys::Constraint>())
+            .find(|c| {
+                (**c).contype == pg_sys::ConstrType::CONSTR_DEFAULT && !(**c).raw_expr.is_null()
+            })
+            .map(|c| (*c).raw_expr)
+    }
+}
+
+/// What `columns_added_with_default` found.
+pub struct AddColumns<'a> {
+    relation: *mut pg_sys::RangeVar,
+    pub columns: Vec<AddedColumn<'a>>,
+}
+
+impl AddColumns<'_> {
+    /// The table altered, if it exists (looked up without a lock: the
+    /// command takes its own).
+    pub fn table(&self) -> Option<pg_sys::Oid> {
+        // SAFETY: the statement's RangeVar; missing_ok, so a table not found
+        // is InvalidOid rather than an error.
+        let relid = unsafe {
+            pg_sys::RangeVarGetRelidExtended(
+                self.relation,
+                pg_sys::NoLock as pg_sys::LOCKMODE,
+                pg_sys::RVROption::RVR_MISSING_OK,
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        (relid != pg_sys::InvalidOid).then_some(relid)
+    }
+}
+
+/// A column an `ALTER TABLE` adds, with a default.
+pub struct AddedColumn<'a> {
+    def: *mut pg_sys::ColumnDef,
+    raw: *mut pg_sys::Node,
+    tree: PhantomData<&'a pg_sys::Node>,
+}
+
+/// A string of the parse tree or of Postgres, in the database's encoding.
+///
+/// # Safety
+/// `p` is a NUL-terminated string.
+unsafe fn server_text(p: *const std::ffi::c_char) -> String {
+    // SAFETY: see above.
+    from_server(unsafe { CStr::from_ptr(p) }.to_bytes()).unwrap_or_else(|f| raise(f))
+}
+
+impl AddedColumn<'_> {
+    /// The column's name, as written.
+    pub fn name(&self) -> String {
+        // SAFETY: a ColumnDef's name, NUL-terminated.
+        unsafe { server_text((*self.def).colname) }
+    }
+
+    /// The column's type as PostgreSQL names it ("bigint", not the parser's
+    /// "pg_catalog.int8"), so that a HINT reads as one would write it;
+    /// "bigint" where the definition names none.
+    pub fn type_name(&self) -> String {
+        // SAFETY: the ColumnDef's TypeName, looked up as the command will
+        // (an unknown type is Postgres's error, as the command's would be).
+        unsafe {
+            if (*self.def).typeName.is_null() {
+                return "bigint".to_string();
+            }
+            let (mut typid, mut typmod) = (pg_sys::InvalidOid, -1);
+            pg_sys::typenameTypeIdAndMod(
+                std::ptr::null_mut(),
+                (*self.def).typeName,
+                &mut typid,
+                &mut typmod,
+            );
+            server_text(pg_sys::format_type_with_typemod(typid, typmod))
+        }
+    }
+
+    /// The default transformed as PostgreSQL will transform it (a copy: the
+    /// statement's own tree is left as it came). What PostgreSQL refuses in
+    /// a default (a column, a subquery) it refuses here, with its own error.
+    pub fn cooked_default(&self) -> Expression {
+        // SAFETY: a parse state of no statement, as PostgreSQL cooks a
+        // default; the copy is palloc'd in the current context, which
+        // outlives the check that reads it.
+        let node = unsafe {
+            let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
+            let copy = pg_sys::copyObjectImpl(self.raw.cast()).cast::<pg_sys::Node>();
+            pg_sys::transformExpr(
+                pstate,
+                copy,
+                pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
+            )
+        };
+        Expression(node)
+    }
+}
+
+/// A cooked expression, in the current memory context.
+pub struct Expression(*mut pg_sys::Node);
+
+impl Expression {
+    /// The name of the first of `functions` (OID, name) the expression
+    /// calls, however deep.
+    pub fn first_call_of(&self, functions: &[(pg_sys::Oid, String)]) -> Option<String> {
+        struct Search<'f> {
+            functions: &'f [(pg_sys::Oid, String)],
+            found: Option<String>,
+        }
+        #[pg_guard]
+        unsafe extern "C-unwind" fn walk(
+            node: *mut pg_sys::Node,
+            context: *mut std::ffi::c_void,
+        ) -> bool {
+            // SAFETY: `context` is the Search below, for the walk's length;
+            // a FuncExpr by its tag.
+            unsafe {
+                if node.is_null() {
+                    return false;
+                }
+                let search = &mut *context.cast::<Search>();
+                if pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
+                    let funcid = (*node.cast::<pg_sys::FuncExpr>()).funcid;
+                    if let Some((_, name)) = search.functions.iter().find(|(oid, _)| *oid == funcid)
+                    {
+                        search.found = Some(name.clone());
+                        return true;
+                    }
+                }
+                pg_sys::expression_tree_walker(node, Some(walk), context)
+            }
+        }
+        let mut search = Search {
+            functions,
+            found: None,
+        };
+        // SAFETY: a cooked expression; the search outlives the walk.
+        unsafe { walk(self.0, (&mut search as *mut Search).cast()) };
+        search.found
+    }
+
+    /// The expression as PostgreSQL prints it (`pg_get_expr`'s text).
+    pub fn deparse(&self) -> String {
+        // SAFETY: a cooked expression with no variables to name.
+        unsafe {
+            server_text(pg_sys::deparse_expression(
+                self.0,
+                std::ptr::null_mut(),
+                false,
+                false,
+            ))
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Locks on relations, taken as Postgres's own commands take them: held to
+//! the end of the (sub)transaction.
+
+use pgrx::pg_sys;
+
+/// The lock modes this library takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// What VACUUM and ANALYZE take: conflicts with itself and DDL, not
+    /// with reads and writes.
+    ShareUpdateExclusive,
+    /// What ALTER TABLE takes: conflicts with everything.
+    AccessExclusive,
+}
+
+impl Mode {
+    fn lockmode(self) -> pg_sys::LOCKMODE {
+        (match self {
+            Mode::ShareUpdateExclusive => pg_sys::ShareUpdateExclusiveLock,
+            Mode::AccessExclusive => pg_sys::AccessExclusiveLock,
+        }) as pg_sys::LOCKMODE
+    }
+}
+
+/// Locks relation `oid` in `mode`, waiting as long as `lock_timeout` says
+/// (its error, if it runs out, is Postgres's).
+pub fn relation(oid: pg_sys::Oid, mode: Mode) {
+    // SAFETY: a lock on a relation by OID, inside a transaction (every
+    // caller is a SQL function or a hook of one); an OID that names no
+    // relation is locked all the same, as LockRelationOid does.
+    unsafe { pg_sys::LockRelationOid(oid, mode.lockmode()) }
+}
+
+/// Locks relation `oid` in `mode` if no one holds a conflicting lock;
+/// whether it did.
+pub fn relation_if_free(oid: pg_sys::Oid, mode: Mode) -> bool {
+    // SAFETY: as `relation`, without waiting.
+    unsafe { pg_sys::ConditionalLockRelationOid(oid, mode.lockmode()) }
+}

@@ -1,0 +1,209 @@
+//! This server's worker id, with one owner: where it comes from and when it
+//! is fixed. The settings name it (`snowflake_id.worker_id`, or a number in
+//! the host name), or, with `worker_id_source = 'citus'`, this node's Citus
+//! group id gives it.
+//!
+//! - `start`: where shared memory is made, an id the settings name is in
+//!   force at once, unless the first ID waits for the claims worker's first
+//!   judging of the other nodes' claims (a Citus node).
+//! - `resolve`: the id a caller works with, before it is settled: a call
+//!   about to issue waits for that judging where it is awaited and settles
+//!   the id; the status only peeks; the claims worker reads what it claims.
+//! - `settle_judged` and `follow`: the claims worker settles the id once it
+//!   judged the claims, and follows Citus when it gives this node another
+//!   group while the server runs (added again, a clone promoted).
+//! - `origin`: where the id came from, in words, for the status.
+//!
+//! The value itself lives in shared memory (`shmem::worker`), which keeps
+//! the rule that a settled id never changes but by `follow`.
+
+use crate::citus;
+use crate::mark;
+use crate::pg::clock;
+use crate::settings;
+use crate::shmem::Shmem;
+use pgrx::prelude::*;
+use snowflake_id_core::config::{Config, WorkerSource};
+use snowflake_id_core::{Class, Failure};
+
+/// How long calls wait, at most, for the claims worker's first judging of
+/// the other nodes' claims on a Citus cluster: from the worker's start
+/// (once recovery is over), or from the call if the worker has not started.
+pub const FIRST_CLAIMS_WAIT_MS: i64 = 5_000;
+
+/// Where shared memory is made (the postmaster, at start and after a crash
+/// of any process), before any backend can use it.
+pub fn start(shm: &Shmem) {
+    // Where the claims worker checks the other nodes first, the id is
+    // settled by it (or by a call that waited long enough).
+    let fixed = settings::config().ok().and_then(|c| c.worker.fixed());
+    shm.worker
+        .set_at_start(fixed.filter(|_| !settings::first_id_waits_for_claims()));
+}
+
+/// The worker id IDs are issued with, once settled.
+#[inline]
+pub fn in_force(shm: &Shmem) -> Option<u32> {
+    shm.worker.get()
+}
+
+/// The worker id known without reading anything: the one in force, or the
+/// one the settings name.
+pub fn known(shm: &Shmem, cfg: &Config) -> Option<u32> {
+    in_force(shm).or(cfg.worker.fixed())
+}
+
+/// Who resolves a worker id that is not settled yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolve {
+    /// A call about to issue: waits for the claims worker's first judging
+    /// where that is awaited, then settles the id.
+    Issue,
+    /// The status's `problem`: says why the id is not known, and neither
+    /// waits nor settles it.
+    Peek,
+    /// The claims worker, in a transaction of its own: the id it will
+    /// claim, read by asking the listed nodes; settles nothing.
+    Claim,
+}
+
+/// The worker id a caller works with: the one in force, or else the one
+/// the settings or the Citus metadata give, as `how` says.
+pub fn resolve(shm: &Shmem, cfg: &Config, how: Resolve) -> Result<u32, Failure> {
+    if let Some(w) = in_force(shm) {
+        return Ok(w);
+    }
+    match (how, cfg.worker) {
+        (Resolve::Issue, _) => unsettled(shm, cfg),
+        (_, WorkerSource::Fixed(w)) => Ok(w),
+        (Resolve::Peek, WorkerSource::CitusGroup { offset }) => {
+            Ok(citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Findings)?.0)
+        }
+        (Resolve::Claim, WorkerSource::CitusGroup { offset }) => {
+            Ok(citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes)?.0)
+        }
+    }
+}
+
+/// The worker id of a call that found none settled: after the claims
+/// worker's first judging, where that is awaited (until 5 s after the
+/// worker started at most, so that no call waits long: a worker that cannot
+/// finish in time is the status's `problem`, and IDs go on), then from the
+/// settings or the Citus metadata.
+#[cold]
+fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
+    // Where no claims database is set, the claims worker waits to be told
+    // the Citus database: the first call there tells it. A call in another
+    // database before that has no judging to wait for.
+    let awaited = settings::first_id_waits_for_claims()
+        && (!citus::claims_await_database(shm) || citus::offer_this_database(shm));
+    if awaited {
+        let deadline = shm
+            .worker
+            .waits_until()
+            .unwrap_or_else(|| clock::now_ms() + FIRST_CLAIMS_WAIT_MS);
+        while clock::now_ms() < deadline {
+            if let Some(w) = in_force(shm) {
+                return Ok(w);
+            }
+            clock::sleep_on_latch(10);
+            pgrx::check_for_interrupts!();
+        }
+        if let Some(w) = in_force(shm) {
+            return Ok(w);
+        }
+        // A refusal the worker published meanwhile stands all the same.
+        mark::may_issue(shm)?;
+    }
+    match cfg.worker {
+        WorkerSource::CitusGroup { offset } => settle_from_citus(shm, offset, cfg),
+        WorkerSource::Fixed(w) => {
+            let _ = shm.worker.settle(w);
+            Ok(w)
+        }
+    }
+}
+
+/// Settles the worker id from the Citus metadata of the caller's database,
+/// or says why it cannot yet.
+fn settle_from_citus(shm: &Shmem, offset: i32, cfg: &Config) -> Result<u32, Failure> {
+    let (worker, origin) = citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Findings)?;
+    match shm.worker.settle(worker) {
+        Ok(()) => {
+            log!("snowflake_id: worker id {worker}, from {origin}");
+            Ok(worker)
+        }
+        Err(in_force) => Err(Failure::new(
+            Class::NotReady,
+            format!(
+                "this database's Citus metadata gives worker id {worker} ({origin}), but this server already issues IDs as worker {in_force}, read from another database's"
+            ),
+        )
+        .hint("Keep Citus in one database per server, or restart PostgreSQL and take the first ID in the database that holds this node's cluster.")),
+    }
+}
+
+/// The claims worker, as it starts (after recovery): calls that wait for
+/// its first judging wait from now.
+pub fn claims_worker_started(shm: &Shmem) {
+    if in_force(shm).is_none() {
+        shm.worker
+            .wait_until(clock::now_ms() + FIRST_CLAIMS_WAIT_MS);
+    }
+}
+
+/// The claims worker, once it judged the claims with `worker`: IDs may be
+/// issued under it.
+pub fn settle_judged(shm: &Shmem, worker: u32) {
+    if in_force(shm).is_none() && shm.worker.settle(worker).is_ok() {
+        if let Ok(WorkerSource::CitusGroup { offset }) = settings::config().map(|c| c.worker) {
+            log!(
+                "snowflake_id: worker id {worker}, from Citus group id {}",
+                i64::from(worker) - i64::from(offset)
+            );
+        }
+    }
+}
+
+/// Whether the worker id is a Citus group id (`worker_id_source = 'citus'`),
+/// which the cluster's metadata can give to another node.
+pub fn follows_citus() -> bool {
+    settings::config().is_ok_and(|c| matches!(c.worker, WorkerSource::CitusGroup { .. }))
+}
+
+/// This node's group id as the worker id it gives, read afresh by the
+/// claims worker (asking the listed nodes), with its origin in words; None
+/// where the worker id is no group id.
+pub fn citus_group_now(shm: &Shmem, cfg: &Config) -> Option<Result<(u32, String), Failure>> {
+    match cfg.worker {
+        WorkerSource::CitusGroup { offset } => Some(citus::read_worker_id(
+            shm,
+            offset,
+            &cfg.layout,
+            citus::Ask::Nodes,
+        )),
+        WorkerSource::Fixed(_) => None,
+    }
+}
+
+/// Moves the settled worker id from `old` to `new` (Citus gave the node
+/// another group, `origin`); whether it moved. The caller refused IDs
+/// before (`mark::refuse_for_claim`), until the claims on `new` are judged.
+pub fn follow(shm: &Shmem, old: u32, new: u32, origin: &str) -> bool {
+    let moved = shm.worker.follow(old, new);
+    if moved {
+        log!(
+            "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
+        );
+    }
+    moved
+}
+
+/// Where the worker id came from, in words; for a Citus node, with the
+/// group id once it was read.
+pub fn origin(shm: &Shmem, cfg: &Config) -> String {
+    match (cfg.worker, in_force(shm)) {
+        (WorkerSource::CitusGroup { offset }, Some(w)) => citus::origin(w, offset, &cfg.layout),
+        _ => cfg.worker_id_origin.clone(),
+    }
+}
