@@ -68,7 +68,7 @@ pub extern "C-unwind" fn _PG_init() {
 /// file, and a claim's refusal that must outlast the restart.
 fn on_shmem_created(shm: &'static shmem::Shmem) {
     worker_id::start(shm);
-    mark::start::start(shm);
+    mark::resume::at_start(shm);
     bgworkers::claims::start(shm);
 }
 

@@ -62,16 +62,20 @@ pub enum Resolve {
     /// The status's `problem`: says why the id is not known, and neither
     /// waits nor settles it.
     Peek,
-    /// The claims worker, in a transaction of its own: the id it will
-    /// claim, read by asking the listed nodes; settles nothing.
+    /// The claims worker, in a transaction of its own, once `known` found
+    /// none: the id it will claim, read by asking the listed nodes; settles
+    /// nothing.
     Claim,
 }
 
 /// The worker id a caller works with: the one in force, or else the one
 /// the settings or the Citus metadata give, as `how` says.
 pub fn resolve(shm: &Shmem, cfg: &Config, how: Resolve) -> Result<u32, Failure> {
-    if let Some(w) = in_force(shm) {
-        return Ok(w);
+    // The claims worker looked already (`known`), before its transaction.
+    if how != Resolve::Claim {
+        if let Some(w) = in_force(shm) {
+            return Ok(w);
+        }
     }
     match (how, cfg.worker) {
         (Resolve::Issue, _) => unsettled(shm, cfg),

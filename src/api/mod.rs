@@ -6,7 +6,7 @@ mod admin;
 mod claims;
 mod convert;
 mod decode;
-mod generate;
+mod nextval;
 mod opaque;
 mod status;
 mod text;

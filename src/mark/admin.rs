@@ -2,7 +2,7 @@
 //! settings after a refusal, and resume above IDs that arrived without it.
 
 use super::file::{file, io_failure};
-use super::{publish, read_only, refused, start, write};
+use super::{publish, read_only, refused, resume, write};
 use crate::pg::clock::now_ms;
 use crate::pg::{role, xlog};
 use crate::shmem::Shmem;
@@ -11,7 +11,7 @@ use snowflake_id_core::copies;
 use snowflake_id_core::generator::{Limits, Reservation};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::mark::{Identity, Stored, WORKER_UNKNOWN};
-use snowflake_id_core::resume;
+use snowflake_id_core::resume::adopted_mark;
 use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{Class, Failure};
 
@@ -61,12 +61,12 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
                 None
             }
         };
-        let floor = resume::adopted_mark(old.as_ref(), &cfg.layout)?;
+        let floor = adopted_mark(old.as_ref(), &cfg.layout)?;
         let now_tick = cfg.layout.tick_at_ms(now_ms()).unwrap_or(0);
         shm.gen.revoke_durable();
         shm.gen.reset(floor, cfg.layout.sequence_bits());
         shm.mark.set_generation(old.map_or(0, |r| r.generation));
-        start::floor_if_copied(shm, cfg, lim);
+        resume::floor_if_copied(shm, cfg, lim);
         let reservation = Reservation::for_layout(&cfg.layout);
         let mark = reservation.target(&shm.gen, lim, now_tick, floor.unwrap_or(0));
         let w = write(shm, cfg, mark)?;
@@ -130,7 +130,7 @@ pub fn floor_above(
     let now = now_ms();
     let now_tick = layout.tick_at_ms(now).unwrap_or(0);
     let w = shm.mark.with_lock(|| {
-        start::floor_if_copied(shm, cfg, lim);
+        resume::floor_if_copied(shm, cfg, lim);
         shm.gen.raise_floor(tick, lim.sequence_bits);
         let reservation = Reservation::for_layout(layout);
         let mark = reservation.next_mark(&shm.gen, lim, now_tick, tick + 1, shm.mark.tick());

@@ -14,7 +14,7 @@
 pub mod admin;
 mod file;
 pub mod redo;
-pub mod start;
+pub mod resume;
 
 use crate::pg::clock::now_ms;
 use crate::pg::xlog::{self, StandbyWait};
@@ -49,7 +49,7 @@ pub fn refused(shm: &Shmem) -> Option<Failure> {
         Some(MarkRefusal::AtStart) => shm.refusal.at_start(),
         Some(MarkRefusal::ReplayedOtherSettings) => crate::settings::config()
             .ok()
-            .and_then(|cfg| match start::decide(cfg) {
+            .and_then(|cfg| match resume::decide(cfg) {
                 Resume::Refused(f) => Some(f),
                 _ => None,
             }),
@@ -185,7 +185,7 @@ pub fn extend(
     may_issue(shm)?;
     let reservation = Reservation::for_layout(&cfg.layout);
     let pending = shm.mark.with_lock(|| {
-        start::floor_if_copied(shm, cfg, lim);
+        resume::floor_if_copied(shm, cfg, lim);
         let written_here = shm.mark.source() == MarkSource::WrittenHere;
         let through_tick = match trigger {
             Trigger::Caller { through_tick, .. } if shm.gen.durable_end() > through_tick => {

@@ -2,8 +2,10 @@
 //! utility hook needs it: which database a command needs free of sessions,
 //! whether it drops one or discards sequences, and the columns an `ALTER
 //! TABLE ... ADD COLUMN` adds with a default, with that default cooked as
-//! PostgreSQL will cook it. Every pointer read here belongs to the parse
-//! tree, which outlives the command.
+//! PostgreSQL will cook it. The parse tree outlives the command; what is
+//! made from it here (a cooked copy of a default, a name `defGetString`
+//! turns from a number into text) is made in the current memory context,
+//! which outlives the hook's call: both are read before the command runs.
 
 use super::charset::from_server;
 use super::error::raise;
@@ -84,6 +86,8 @@ impl<'a> Statement<'a> {
                 pg_sys::NodeTag::T_CreatedbStmt => {
                     let c = stmt.cast::<pg_sys::CreatedbStmt>();
                     // TEMPLATE DEFAULT has no argument: the default template.
+                    // (A number given is turned into text in the current
+                    // memory context, read before the command runs.)
                     option((*c).options, c"template")
                         .filter(|d| !(**d).arg.is_null())
                         .map(|d| CStr::from_ptr(pg_sys::defGetString(d)))
@@ -227,7 +231,7 @@ impl AddedColumn<'_> {
     /// The default transformed as PostgreSQL will transform it (a copy: the
     /// statement's own tree is left as it came). What PostgreSQL refuses in
     /// a default (a column, a subquery) it refuses here, with its own error.
-    pub fn cooked_default(&self) -> Expression {
+    pub fn cooked_default(&self) -> Expression<'_> {
         // SAFETY: a parse state of no statement, as PostgreSQL cooks a
         // default; the copy is palloc'd in the current context, which
         // outlives the check that reads it.
@@ -240,14 +244,21 @@ impl AddedColumn<'_> {
                 pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
             )
         };
-        Expression(node)
+        Expression {
+            node,
+            column: PhantomData,
+        }
     }
 }
 
-/// A cooked expression, in the current memory context.
-pub struct Expression(*mut pg_sys::Node);
+/// A cooked expression, in the current memory context: borrowed from the
+/// column it was cooked for, so it is read while the hook runs.
+pub struct Expression<'c> {
+    node: *mut pg_sys::Node,
+    column: PhantomData<&'c ()>,
+}
 
-impl Expression {
+impl Expression<'_> {
     /// The name of the first of `functions` (OID, name) the expression
     /// calls, however deep.
     pub fn first_call_of(&self, functions: &[(pg_sys::Oid, String)]) -> Option<String> {
@@ -283,7 +294,7 @@ impl Expression {
             found: None,
         };
         // SAFETY: a cooked expression; the search outlives the walk.
-        unsafe { walk(self.0, (&mut search as *mut Search).cast()) };
+        unsafe { walk(self.node, (&mut search as *mut Search).cast()) };
         search.found
     }
 
@@ -292,7 +303,7 @@ impl Expression {
         // SAFETY: a cooked expression with no variables to name.
         unsafe {
             server_text(pg_sys::deparse_expression(
-                self.0,
+                self.node,
                 std::ptr::null_mut(),
                 false,
                 false,

@@ -204,10 +204,14 @@ impl Drop for ConfigList {
     }
 }
 
-/// Every setting Postgres knows in this process, placeholders included.
-fn all_settings() -> &'static [*mut pg_sys::config_generic] {
-    // SAFETY: Postgres's own array of its settings, valid until a setting is
-    // added; read in _PG_init and dropped before anything is.
+/// The names of the placeholders Postgres keeps (settings it read with no
+/// library defining them), as written. For _PG_init.
+pub fn placeholder_names() -> Vec<String> {
+    let mut names = Vec::new();
+    // SAFETY: Postgres's own array of its settings (from 16 on, a copy in
+    // the current memory context), read and copied out here at once,
+    // before anything can add a setting or free the copy; each entry's
+    // name is NUL-terminated or NULL.
     unsafe {
         // 16 changed the signature: the count comes back through a pointer.
         #[cfg(any(feature = "pg13", feature = "pg14", feature = "pg15"))]
@@ -218,28 +222,15 @@ fn all_settings() -> &'static [*mut pg_sys::config_generic] {
             (pg_sys::get_guc_variables(&mut n), n)
         };
         if vars.is_null() {
-            return &[];
+            return names;
         }
-        std::slice::from_raw_parts(vars, n.max(0) as usize)
-    }
-}
-
-/// The names of the placeholders Postgres keeps (settings it read with no
-/// library defining them), as written. For _PG_init.
-pub fn placeholder_names() -> Vec<String> {
-    let mut names = Vec::new();
-    for &var in all_settings() {
-        // SAFETY: entries of Postgres's settings array.
-        let (name, flags) = unsafe { ((*var).name, (*var).flags) };
-        if name.is_null() || flags as u32 & pg_sys::GUC_CUSTOM_PLACEHOLDER == 0 {
-            continue;
+        for &var in std::slice::from_raw_parts(vars, n.max(0) as usize) {
+            let (name, flags) = ((*var).name, (*var).flags);
+            if name.is_null() || flags as u32 & pg_sys::GUC_CUSTOM_PLACEHOLDER == 0 {
+                continue;
+            }
+            names.push(CStr::from_ptr(name).to_string_lossy().into_owned());
         }
-        // SAFETY: a setting's name, NUL-terminated, checked non-null above.
-        names.push(
-            unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned(),
-        );
     }
     names
 }

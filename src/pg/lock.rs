@@ -23,11 +23,13 @@ impl Mode {
 }
 
 /// Locks relation `oid` in `mode`, waiting as long as `lock_timeout` says
-/// (its error, if it runs out, is Postgres's).
+/// (its error, if it runs out, is Postgres's). Inside a transaction only:
+/// outside one the lock would be held by no resource owner until the
+/// process ends.
 pub fn relation(oid: pg_sys::Oid, mode: Mode) {
-    // SAFETY: a lock on a relation by OID, inside a transaction (every
-    // caller is a SQL function or a hook of one); an OID that names no
-    // relation is locked all the same, as LockRelationOid does.
+    // SAFETY: a lock on a relation by OID; an OID that names no relation
+    // is locked all the same, as LockRelationOid does (a lock taken outside
+    // a transaction is leaked, not unsound).
     unsafe { pg_sys::LockRelationOid(oid, mode.lockmode()) }
 }
 

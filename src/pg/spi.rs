@@ -45,7 +45,9 @@ pub fn execute(sql: &std::ffi::CStr) -> i32 {
 /// The `int8` in the first column of the first row of `query` (in the
 /// database's encoding), read from the newest committed data, not the
 /// transaction's snapshot; `Some(None)` where there is no row or it is
-/// NULL, `None` where the query cannot be planned.
+/// NULL, `None` where the query cannot be planned. The query's first column
+/// must be an `int8` (another type's datum would be read as one: a wrong
+/// number, not a crash, as it is passed by value).
 pub fn int8_of_latest_data(query: &std::ffi::CStr) -> Option<Option<i64>> {
     use pgrx::pg_sys;
     Spi::connect(|_| {

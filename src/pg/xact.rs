@@ -13,13 +13,19 @@ use pgrx::prelude::*;
 /// operation (no SET ROLE, no temporary objects: what Postgres does while
 /// it runs maintenance on a table). An error rolls it back and comes back
 /// as its message and SQLSTATE instead of ending the process.
-pub fn as_bootstrap_superuser<R>(
+///
+/// # Safety
+/// Only between transactions, as a background worker's loop is: inside a
+/// running transaction the abort of an error would free what its executor
+/// still uses.
+pub unsafe fn as_bootstrap_superuser<R>(
     f: impl FnOnce() -> R + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
 ) -> Result<R, (String, PgSqlErrorCode)> {
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: the transaction calls of every background worker's loop. The
-    // user id and security context are put back below on success; an
-    // aborted transaction puts back what it began with itself.
+    // SAFETY: between transactions (see above): the transaction calls of
+    // every background worker's loop. The user id and security context are
+    // put back below on success; an aborted transaction puts back what it
+    // began with itself.
     unsafe {
         pg_sys::SetCurrentStatementStartTimestamp();
         pg_sys::StartTransactionCommand();

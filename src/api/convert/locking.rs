@@ -129,21 +129,18 @@ fn descendants(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     }))
 }
 
-/// `lock` with the session's own lock_timeout in force again afterwards
-/// (a released subtransaction hands its SET LOCAL on to the transaction).
 /// `SET LOCAL lock_timeout` to `left` (at least 1 ms): gone with the
 /// subtransaction if the attempt fails, put back by the caller if not.
 fn set_local_lock_timeout(left: std::time::Duration) {
-    let sql = std::ffi::CString::new(format!(
-        "SET LOCAL lock_timeout = {}",
-        left.as_millis().max(1)
-    ))
-    .unwrap_or_default();
+    let statement = format!("SET LOCAL lock_timeout = {}", left.as_millis().max(1));
+    let sql = std::ffi::CString::new(statement.as_str()).unwrap_or_default();
     if crate::pg::spi::execute(&sql) < 0 {
-        pgrx::error!("snowflake_convert could not set lock_timeout");
+        pgrx::error!("snowflake_convert could not run: {statement}");
     }
 }
 
+/// `lock` with the session's own lock_timeout in force again afterwards
+/// (a released subtransaction hands its SET LOCAL on to the transaction).
 pub(super) fn lock_keeping_timeout(locks: &Locks) {
     let old = spi(Spi::get_one::<String>(
         "SELECT current_setting('lock_timeout')",

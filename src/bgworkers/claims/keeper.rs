@@ -100,7 +100,7 @@ impl Keeper {
         // A copy of another server's data directory (a restored base
         // backup, a standby) has the original's memory file: what it says
         // of instances and claims belongs to the original.
-        if mark::start::started_as_copy(shm) {
+        if mark::resume::started_as_copy(shm) {
             // The original's rows and claim are the original's: a copy
             // deletes none of them and claims afresh (a promoted standby
             // still inherits its old primary's claim time from the table).

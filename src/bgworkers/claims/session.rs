@@ -172,7 +172,9 @@ pub(super) fn pin_session() {
 pub(super) fn in_transaction<R>(
     f: impl FnOnce() -> R + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
 ) -> Result<R, Failure> {
-    xact::as_bootstrap_superuser(f).map_err(|(why, code)| {
+    // SAFETY: the claims worker calls this from its loop, between its
+    // transactions, never from inside one.
+    unsafe { xact::as_bootstrap_superuser(f) }.map_err(|(why, code)| {
         let class = if code == PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE {
             Class::LockNotAvailable
         } else {

@@ -1,6 +1,7 @@
-//! The mark at a start: read from the state file where shared memory is
-//! made (the postmaster, at start and after a crash), and floored once
-//! recovery is over, when a copy of another server's data shows.
+//! Where generation resumes at a start (the core's `resume` decides): the
+//! mark read from the state file where shared memory is made (the
+//! postmaster, at start and after a crash), and floored once recovery is
+//! over, when a copy of another server's data shows.
 
 use super::file::{file, io_failure};
 use crate::pg::error;
@@ -33,7 +34,7 @@ pub(super) fn decide(cfg: &Config) -> Resume {
 
 /// Sets up the generator from the state file. Runs where shared memory is
 /// made: in the postmaster at start and after a crash of any backend.
-pub fn start(shm: &Shmem) {
+pub fn at_start(shm: &Shmem) {
     // Read before the startup process renames backup_label or removes the
     // signal files: they are how a copy of another server's data shows.
     let dir = crate::pg::datadir::data_dir();
