@@ -32,7 +32,7 @@ AS 'MODULE_PATHNAME', 'snowflake_adopt_settings_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/convert.rs:34
+-- src/api/convert/mod.rs:36
 -- snowflake_id::api::convert::snowflake_convert
 
 CREATE FUNCTION snowflake_convert(
@@ -106,7 +106,7 @@ AS 'MODULE_PATHNAME', 'snowflake_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:68
+-- src/api/uuid.rs:67
 -- snowflake_id::api::uuid::snowflake_id_to_uuid
 CREATE  FUNCTION "snowflake_id_to_uuid"(
 	"id" bigint /* i64 */
@@ -117,7 +117,7 @@ AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:74
+-- src/api/uuid.rs:73
 -- snowflake_id::api::uuid::snowflake_id_to_uuid
 CREATE  FUNCTION "snowflake_id_to_uuid"(
 	"id" bigint, /* i64 */
@@ -129,8 +129,8 @@ AS 'MODULE_PATHNAME', 'snowflake_id_to_uuid_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:71
--- snowflake_id::api::generate::snowflake_lastval
+-- src/api/nextval.rs:71
+-- snowflake_id::api::nextval::snowflake_lastval
 CREATE  FUNCTION "snowflake_lastval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
@@ -156,8 +156,8 @@ AS 'MODULE_PATHNAME', 'snowflake_layouts_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:20
--- snowflake_id::api::generate::snowflake_nextval
+-- src/api/nextval.rs:20
+-- snowflake_id::api::nextval::snowflake_nextval
 CREATE  FUNCTION "snowflake_nextval"() RETURNS bigint /* i64 */
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
@@ -165,8 +165,8 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:58
--- snowflake_id::api::generate::snowflake_nextval_array
+-- src/api/nextval.rs:58
+-- snowflake_id::api::nextval::snowflake_nextval_array
 CREATE  FUNCTION "snowflake_nextval_array"(
 	"n" INT /* i32 */
 ) RETURNS bigint[] /* Int8Array */
@@ -176,8 +176,8 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/generate.rs:51
--- snowflake_id::api::generate::snowflake_nextval_batch
+-- src/api/nextval.rs:51
+-- snowflake_id::api::nextval::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
 	"n" INT /* i32 */
 ) RETURNS SETOF bigint /* i64 */
@@ -264,7 +264,7 @@ AS 'MODULE_PATHNAME', 'snowflake_to_text_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:96
+-- src/api/uuid.rs:95
 -- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
 CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
 	"ts" timestamp with time zone /* TimestampWithTimeZone */
@@ -275,7 +275,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:102
+-- src/api/uuid.rs:101
 -- snowflake_id::api::uuid::snowflake_uuid_from_timestamp
 CREATE  FUNCTION "snowflake_uuid_from_timestamp"(
 	"ts" timestamp with time zone, /* TimestampWithTimeZone */
@@ -287,7 +287,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_from_timestamp_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:81
+-- src/api/uuid.rs:80
 -- snowflake_id::api::uuid::snowflake_uuid_to_id
 CREATE  FUNCTION "snowflake_uuid_to_id"(
 	"uuid" uuid /* Uuid */
@@ -298,7 +298,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:87
+-- src/api/uuid.rs:86
 -- snowflake_id::api::uuid::snowflake_uuid_to_id
 CREATE  FUNCTION "snowflake_uuid_to_id"(
 	"uuid" uuid, /* Uuid */
@@ -310,7 +310,7 @@ AS 'MODULE_PATHNAME', 'snowflake_uuid_to_id_in_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/uuid.rs:57
+-- src/api/uuid.rs:56
 -- snowflake_id::api::uuid::snowflake_uuidv7
 CREATE  FUNCTION "snowflake_uuidv7"() RETURNS uuid /* Uuid */
 STRICT VOLATILE PARALLEL SAFE
@@ -451,7 +451,7 @@ SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:163
+-- src/api/status.rs:164
 -- requires:
 --   snowflake_claims
 
@@ -524,7 +524,7 @@ GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:170
+-- src/api/status.rs:171
 -- requires:
 --   snowflake_status
 

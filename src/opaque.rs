@@ -148,7 +148,7 @@ fn unusable(path: &str) -> Failure {
     let (message, hint) = if path.is_empty() {
         (
             "no key for opaque IDs is set",
-            "A superuser sets snowflake_id.opaque_keys_file to a key file and reloads the configuration; see \"Opaque IDs\" in the README.",
+            "A superuser sets snowflake_id.opaque_keys_file to a key file and reloads the configuration; see \"Keys of opaque IDs\" in docs/operators.md.",
         )
     } else {
         (

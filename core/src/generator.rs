@@ -553,7 +553,7 @@ fn exhausted(layout: &Layout) -> Failure {
             format_instant(layout.end_ms() - 1)
         ),
     )
-    .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout\" in the README.")
+    .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout, epoch or worker id\" in docs/operators.md.")
 }
 
 fn clock_behind(policy: &Policy, behind_ms: u64, wait_ms: u64, waited_ms: u64) -> Failure {

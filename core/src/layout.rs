@@ -523,7 +523,7 @@ impl Layout {
                 "From then on snowflake_nextval() raises an error; it never wraps around to reissue small IDs. \
                  This warning starts one year before the end.",
             )
-            .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout\" in the README.")
+            .hint("Move this server to a layout with a later end (more time bits or a later epoch); see \"Changing the layout, epoch or worker id\" in docs/operators.md.")
         })
     }
 

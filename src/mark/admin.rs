@@ -125,7 +125,7 @@ pub fn floor_above(
             Class::IdOutOfRange,
             format!("{} has no tick left above the ID {id}", layout.title()),
         )
-        .hint("Move this server to a layout with a later end; see \"Changing the layout\" in the README."));
+        .hint("Move this server to a layout with a later end; see \"Changing the layout, epoch or worker id\" in docs/operators.md."));
     }
     let now = now_ms();
     let now_tick = layout.tick_at_ms(now).unwrap_or(0);

@@ -10,7 +10,7 @@ use snowflake_id_core::{Class, Failure};
 use std::ffi::CStr;
 
 /// The database's encoding, as Postgres numbers them.
-pub(super) fn encoding() -> i32 {
+pub(super) fn server_encoding() -> i32 {
     // SAFETY: a plain read of this backend's database encoding.
     unsafe { pg_sys::GetDatabaseEncoding() }
 }
@@ -35,7 +35,7 @@ const RAW_BYTES: u32 = 0xF700;
 /// that must be parsed (an ID, an encoding or layout name) fails as text
 /// with a character it does not allow.
 pub fn from_server(bytes: &[u8]) -> Result<String, Failure> {
-    let enc = encoding();
+    let enc = server_encoding();
     if enc == sql_ascii() {
         return Ok(keep_raw(bytes));
     }
@@ -91,7 +91,7 @@ fn keep_raw(mut bytes: &[u8]) -> String {
 /// value it passes: every character came from the database or is ASCII, so
 /// the conversion has nothing it cannot represent.
 pub fn to_server(text: &str) -> Vec<u8> {
-    let enc = encoding();
+    let enc = server_encoding();
     if enc == sql_ascii() {
         let mut out = Vec::with_capacity(text.len());
         for c in text.chars() {
@@ -118,7 +118,7 @@ pub fn to_server(text: &str) -> Vec<u8> {
 /// beyond ASCII written as U+XXXX elsewhere, since Postgres sends messages
 /// in the database's encoding and the character may have no place there.
 pub fn for_messages(text: &str) -> std::borrow::Cow<'_, str> {
-    let enc = encoding();
+    let enc = server_encoding();
     if text.is_ascii() || enc == utf8() {
         return text.into();
     }

@@ -1,8 +1,8 @@
 //! `text` values and SQL identifiers, in every database encoding (see
-//! `encoding`): the `Text` argument and result type the SQL functions take,
+//! `charset`): the `Text` argument and result type the SQL functions take,
 //! and identifiers quoted so that they read the same in any encoding.
 
-use super::charset::{encoding, from_server, sql_ascii, to_server, utf8};
+use super::charset::{from_server, server_encoding, sql_ascii, to_server, utf8};
 use pgrx::callconv::{Arg, ArgAbi, BoxRet, FcInfo};
 use pgrx::nullable::Nullable;
 use pgrx::pg_sys;
@@ -94,7 +94,7 @@ pgrx::impl_sql_translatable!(Text, "text");
 /// ASCII, else a Unicode-escaped identifier (`U&"d\00E9j\00E0"`), which is
 /// ASCII itself and means the name's characters whatever the encoding.
 pub fn ident(name: &str) -> String {
-    let enc = encoding();
+    let enc = server_encoding();
     if name.is_ascii() || enc == utf8() || enc == sql_ascii() {
         let c = std::ffi::CString::new(name).unwrap_or_default();
         // SAFETY: quote_identifier returns its argument or a palloc'd

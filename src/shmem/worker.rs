@@ -2,7 +2,8 @@
 //! the settings name it; with `worker_id_source = 'citus'`, settled by the
 //! first call that reads this node's group id, and changed only when Citus
 //! gives the node another group while it runs (added again, a clone
-//! promoted): the claims worker follows it.
+//! promoted): the claims worker follows it. Written by `worker_id` alone
+//! (a source rule checks it); everyone may read it.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 

@@ -87,6 +87,22 @@ def test_every_path_contributing_names_exists():
     assert missing == []
 
 
+def test_every_section_an_error_names_exists():
+    """A HINT or message that sends the user to a section (`see "X" in F`)
+    names a heading F has."""
+    named = []
+    for root in ("src", "core/src"):
+        for d, _, files in os.walk(os.path.join(REPO, root)):
+            for f in files:
+                if f.endswith(".rs"):
+                    text = open(os.path.join(d, f), encoding="utf-8").read()
+                    named += re.findall(r'see \\"([^"\\]+)\\" in ([\w/.]+\.md)', text)
+    assert len(named) >= 4
+    missing = [f"{section} in {doc}" for section, doc in named
+               if anchor(section) not in anchors(os.path.join(REPO, doc))]
+    assert missing == []
+
+
 def test_the_check_finds_a_broken_link():
     assert anchor("`snowflake_convert(tbl regclass, col name DEFAULT 'id')`") == \
         "snowflake_converttbl-regclass-col-name-default-id"

@@ -157,6 +157,17 @@ def test_the_map_names_every_layer_and_every_part_of_src():
     assert order == LAYERS, f"the map's order {order} is not the layers' {LAYERS}"
 
 
+def test_only_worker_id_sets_the_worker_id():
+    """The worker id has one owner (src/worker_id.rs): no other file of the
+    shell sets, settles, moves or times it in shared memory."""
+    writes = re.compile(r"\.worker\s*\.\s*(set_at_start|settle|follow|wait_until)\(")
+    found = []
+    for mod, path in modules(os.path.join(REPO, "src")).items():
+        if writes.search(strip_comments(open(path, encoding="utf-8").read())):
+            found.append("::".join(mod))
+    assert found == ["worker_id"]
+
+
 def unsafe_blocks(src):
     """(file relative to `src`, line, lines) of every `unsafe { ... }` block."""
     found = []
