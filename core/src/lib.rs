@@ -9,7 +9,7 @@
 //! - [`citus`]: what the extension refuses on Citus tables, and the ways that work.
 //! - [`generator`]: the lock-free generator over one shared 64-bit word.
 //! - [`timefmt`]: instants and durations as text.
-//! - [`text`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
+//! - [`text_form`]: IDs as fixed-width, order-keeping text (base62, base32, hex).
 //! - [`uuid`]: IDs as version 7 UUIDs, and back.
 //! - [`opaque`]: IDs enciphered under a secret key, for public URLs.
 //! - [`ff1`]: FF1 (NIST SP 800-38G) with word arithmetic, under opaque IDs.
@@ -36,7 +36,7 @@ pub mod mark;
 pub mod opaque;
 pub mod resume;
 pub mod shared_text;
-pub mod text;
+pub mod text_form;
 pub mod timefmt;
 pub mod uuid;
 pub mod worker_id;

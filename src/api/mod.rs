@@ -9,6 +9,6 @@ mod decode;
 mod nextval;
 mod opaque;
 mod status;
-mod text;
+mod text_form;
 pub mod utility;
 mod uuid;

@@ -105,69 +105,86 @@ fn snowflake_convert(
     convert::check_above(&facts.target, largest, next).or_raise();
     if !dry_run {
         lock_keeping_timeout(&locks(&facts, sequence, &oids));
-        let rebuilt = |oids: &[(String, pg_sys::Oid)]| {
-            spi(Spi::connect(|c| {
-                Ok::<_, pgrx::spi::SpiError>(
-                    oids.iter()
-                        .flat_map(|(_, relid)| rebuilt_calls(c, *relid))
-                        .collect::<Vec<_>>(),
-                )
-            }))
-        };
-        let before = rebuilt(&oids);
-        for s in &steps[1..] {
-            let role = s.role.as_deref().map(|r| roles.oid(r));
-            as_role(role, || run(&s.sql));
-        }
-        // What was made again from text calls what it called (else the
-        // whole conversion is undone with the error).
-        for (what, now) in rebuilt(&oids) {
-            let was = before
-                .iter()
-                .find(|(w, _)| *w == what)
-                .map(|(_, c)| c.as_slice());
-            convert::check_calls(&what, was.unwrap_or_default(), &now).or_raise();
-        }
-        // The default was written as text (schema-qualified) and parsed again
-        // by ALTER TABLE: it must call the extension's own function, whatever
-        // the owner of that schema renamed or created in between.
-        let own = spi(Spi::connect(|c| {
-            Ok::<_, pgrx::spi::SpiError>(snowflake_nextval(c).1)
-        }));
-        let calls_own: Option<bool> = spi(Spi::get_one_with_args(
-            "SELECT EXISTS (SELECT 1 FROM pg_attrdef ad \
-                 JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
-                 JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid \
-                      AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = $3 \
-                 WHERE ad.adrelid = $1 AND a.attname = $2::name)",
-            // The column's name in the database's encoding, as the catalog has it.
-            &[tbl.into(), Text(col.to_string()).into(), own.into()],
-        ));
-        if own.is_none() || calls_own != Some(true) {
-            crate::pg::error::raise(
-                Failure::new(
-                    Class::NotSupported,
-                    format!("the default written on {} does not call snowflake_id's own snowflake_nextval()", facts.target.table),
-                )
-                .detail("The schema of the extension's functions changed while the table was converted (renamed, or another function put in its place).")
-                .hint("Nothing was converted. Check who owns that schema and what it holds, then run it again."),
-            );
-        }
-        for v in &facts.views {
-            let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
-                "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
-                &[Text(v.name.clone()).into()],
-            ));
-            if let Some(oid) = oid {
-                let now = spi(Spi::connect(|c| {
-                    Ok::<_, pgrx::spi::SpiError>(view_calls(c, oid))
-                }));
-                convert::check_calls(&format!("view {}", v.name), &v.calls, &now).or_raise();
-            }
-        }
+        apply(&steps, &mut roles, &oids);
+        check_default_calls_own(tbl, col, &facts.target.table);
+        check_views(&facts);
     }
     // Returned in the database's encoding, as every text it returns.
     SetOfIterator::new(steps.into_iter().map(|s| Text(s.sql)).collect::<Vec<_>>())
+}
+
+/// Runs the plan's statements after the first (its LOCK TABLE, whose locks
+/// are held already), each as the role it names, and checks that what
+/// was made again from text calls what it called before (else the whole
+/// conversion is undone with the error).
+fn apply(steps: &[Step], roles: &mut Roles, oids: &[(String, pg_sys::Oid)]) {
+    let rebuilt = |oids: &[(String, pg_sys::Oid)]| {
+        spi(Spi::connect(|c| {
+            Ok::<_, pgrx::spi::SpiError>(
+                oids.iter()
+                    .flat_map(|(_, relid)| rebuilt_calls(c, *relid))
+                    .collect::<Vec<_>>(),
+            )
+        }))
+    };
+    let before = rebuilt(oids);
+    for s in &steps[1..] {
+        let role = s.role.as_deref().map(|r| roles.oid(r));
+        as_role(role, || run(&s.sql));
+    }
+    // What was made again from text calls what it called (else the
+    // whole conversion is undone with the error).
+    for (what, now) in rebuilt(oids) {
+        let was = before
+            .iter()
+            .find(|(w, _)| *w == what)
+            .map(|(_, c)| c.as_slice());
+        convert::check_calls(&what, was.unwrap_or_default(), &now).or_raise();
+    }
+}
+
+/// The default was written as text (schema-qualified) and parsed again by
+/// ALTER TABLE: it must call the extension's own function, whatever the
+/// owner of that schema renamed or created in between.
+fn check_default_calls_own(tbl: pg_sys::Oid, col: &str, table: &str) {
+    let own = spi(Spi::connect(|c| {
+        Ok::<_, pgrx::spi::SpiError>(snowflake_nextval(c).1)
+    }));
+    let calls_own: Option<bool> = spi(Spi::get_one_with_args(
+        "SELECT EXISTS (SELECT 1 FROM pg_attrdef ad \
+             JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum \
+             JOIN pg_depend d ON d.classid = 'pg_attrdef'::regclass AND d.objid = ad.oid \
+                  AND d.refclassid = 'pg_proc'::regclass AND d.refobjid = $3 \
+             WHERE ad.adrelid = $1 AND a.attname = $2::name)",
+        // The column's name in the database's encoding, as the catalog has it.
+        &[tbl.into(), Text(col.to_string()).into(), own.into()],
+    ));
+    if own.is_none() || calls_own != Some(true) {
+        crate::pg::error::raise(
+            Failure::new(
+                Class::NotSupported,
+                format!("the default written on {} does not call snowflake_id's own snowflake_nextval()", table),
+            )
+            .detail("The schema of the extension's functions changed while the table was converted (renamed, or another function put in its place).")
+            .hint("Nothing was converted. Check who owns that schema and what it holds, then run it again."),
+        );
+    }
+}
+
+/// Each view made again calls what it called before.
+fn check_views(facts: &Facts) {
+    for v in &facts.views {
+        let oid = spi(Spi::get_one_with_args::<pg_sys::Oid>(
+            "SELECT $1::pg_catalog.regclass::pg_catalog.oid",
+            &[Text(v.name.clone()).into()],
+        ));
+        if let Some(oid) = oid {
+            let now = spi(Spi::connect(|c| {
+                Ok::<_, pgrx::spi::SpiError>(view_calls(c, oid))
+            }));
+            convert::check_calls(&format!("view {}", v.name), &v.calls, &now).or_raise();
+        }
+    }
 }
 
 /// The largest key, read from the newest committed data (not the snapshot

@@ -4,7 +4,7 @@
 use crate::pg::error::OrRaise;
 use crate::pg::text::Text;
 use pgrx::prelude::*;
-use snowflake_id_core::text::Encoding;
+use snowflake_id_core::text_form::Encoding;
 
 /// `id` as fixed-width text in `encoding` ('base62', 'base32' or 'hex'),
 /// whose byte order (`COLLATE "C"`) is the IDs' numeric order. IMMUTABLE:
