@@ -30,9 +30,8 @@ impl BgWorker {
 pub(super) fn enter(worker: BgWorker) -> Option<&'static Shmem> {
     signals::handle_signals();
     let shm = shmem::get()?;
-    // SAFETY: registering an exit callback in this process; the argument
-    // is which worker it is.
-    unsafe { pg_sys::before_shmem_exit(Some(forget_pid), pg_sys::Datum::from(worker as usize)) };
+    // The argument is which worker it is.
+    process::at_exit(forget_pid, worker as usize);
     worker.pid(shm).set(process::pid());
     Some(shm)
 }

@@ -103,3 +103,13 @@ pub fn host_name() -> Option<String> {
     let end = buf.iter().position(|&b| b == 0)?;
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
+
+/// Runs `callback(arg)` when this process exits, however it ends short of a
+/// crash: the end of the session, a FATAL error, `pg_terminate_backend`
+/// (Postgres's `before_shmem_exit`). A crash makes shared memory anew, so
+/// what the callback would undo there is gone with it.
+pub fn at_exit(callback: unsafe extern "C-unwind" fn(i32, pgrx::pg_sys::Datum), arg: usize) {
+    // SAFETY: registers an exit callback of this process; Postgres calls it
+    // once, with `arg`, as the process exits.
+    unsafe { pgrx::pg_sys::before_shmem_exit(Some(callback), pgrx::pg_sys::Datum::from(arg)) };
+}

@@ -173,10 +173,17 @@ impl ClaimsState {
     /// other than a superuser, only if none did so in the last `every_ms`.
     pub fn hold_away(&self, now_ms: i64, until_ms: i64, superuser: bool, every_ms: i64) -> bool {
         let last = self.last_away_ms.load(Ordering::SeqCst);
-        if !superuser && now_ms - last < every_ms {
+        if superuser {
+            self.last_away_ms.store(now_ms, Ordering::SeqCst);
+        } else if now_ms - last < every_ms
+            // Two commands at once: one of them only.
+            || self
+                .last_away_ms
+                .compare_exchange(last, now_ms, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
             return false;
         }
-        self.last_away_ms.store(now_ms, Ordering::SeqCst);
         self.away_until_ms.fetch_max(until_ms, Ordering::SeqCst);
         self.away_commands.fetch_add(1, Ordering::SeqCst);
         true

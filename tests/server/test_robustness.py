@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import psycopg2
@@ -161,14 +162,7 @@ def test_a_template_database_is_refused_and_create_database_keeps_working():
 
 def test_the_claims_databases_owner_can_drop_rename_and_copy_it():
     with servers() as made:
-        s = Server("claims-db-owner", conf={"snowflake_id.claims_database": "'claims'"})
-        made.append(s)
-        s.start()
-        s.sql("CREATE EXTENSION snowflake_id")
-        s.sql("CREATE ROLE owner LOGIN CREATEDB")
-        s.sql("CREATE DATABASE claims OWNER owner")
-        s.sql("CREATE EXTENSION snowflake_id", dbname="claims")
-        wait_claims_in(s, "claims")
+        s = claims_in_a_database_of_its_own(made, "claims-db-owner")
         # Someone else cannot send the worker away by trying.
         s.sql("CREATE ROLE other LOGIN CREATEDB")
         pid = worker_pid(s)
@@ -190,6 +184,52 @@ def test_the_claims_databases_owner_can_drop_rename_and_copy_it():
         s.sql("DROP DATABASE claims", user="owner")
         s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_id.snowflake_status")
         s.sql("SELECT snowflake_nextval()")
+
+
+def test_a_command_ended_by_fatal_while_the_worker_is_away_lets_it_back():
+    """A command that sent the claims worker away and then ends with a FATAL
+    error (its session terminated while DROP DATABASE waits for the
+    database's other sessions) never reaches its own release: the process's
+    exit releases its hold. Before, the hold stayed until its 60 s limit,
+    and every later hold of the database's owner (one each 10 s) kept the
+    worker out again for 60 s: out for good."""
+    with servers() as made:
+        s = claims_in_a_database_of_its_own(made, "claims-away-fatal")
+        # Another session in the database: DROP DATABASE waits 5 s for it.
+        stay = s.connect(dbname="claims", user="owner")
+        dropper = threading.Thread(target=lambda: s.error("DROP DATABASE claims", user="owner"))
+        dropper.start()
+        try:
+            # The worker left (the hold is taken) and the DROP waits.
+            deadline = time.time() + DETECT_TIMEOUT_S
+            while not s.one("SELECT count(*) FILTER (WHERE backend_type = 'snowflake_id claims') = 0 "
+                            "AND count(*) FILTER (WHERE query = 'DROP DATABASE claims' AND state = 'active') = 1 "
+                            "FROM pg_stat_activity"):
+                assert time.time() < deadline, "the DROP never sent the worker away"
+                time.sleep(0.05)
+            assert s.one("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE query = 'DROP DATABASE claims' AND state = 'active') t") == 1
+        finally:
+            dropper.join()
+        # Back within the worker's restart (5 s) and a refresh: well inside
+        # wait_claims_in's 30 s, where a leaked hold kept it out for 60.
+        wait_claims_in(s, "claims", fresh=True)
+        stay.close()
+        assert s.one("SELECT snowflake_nextval() > 0")
+
+
+def claims_in_a_database_of_its_own(made, name):
+    """A server keeping claims in the database `claims`, which the role
+    `owner` owns; returned once the claim is kept there."""
+    s = Server(name, conf={"snowflake_id.claims_database": "'claims'"})
+    made.append(s)
+    s.start()
+    s.sql("CREATE EXTENSION snowflake_id")
+    s.sql("CREATE ROLE owner LOGIN CREATEDB")
+    s.sql("CREATE DATABASE claims OWNER owner")
+    s.sql("CREATE EXTENSION snowflake_id", dbname="claims")
+    wait_claims_in(s, "claims")
+    return s
 
 
 def worker_pid(s):

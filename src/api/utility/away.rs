@@ -10,11 +10,13 @@ use crate::bgworkers::claims;
 use crate::pg::charset::from_server;
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::ddl::Statement;
+use crate::pg::process::{self, ProcessLocal};
 use crate::pg::text::Text;
 use crate::pg::{database, role, signals};
 use crate::shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::cell::Cell;
 use std::ffi::CStr;
 
 /// How long the claims worker stays away at most, should the session that
@@ -58,6 +60,7 @@ fn send_away() -> bool {
     ) {
         return false;
     }
+    held_one_more();
     let Some(pid) = shm.claims.pid.get() else {
         return true;
     };
@@ -70,8 +73,36 @@ fn send_away() -> bool {
     true
 }
 
+/// The holds this process has on the claims worker (`send_away`), and
+/// whether it releases them at its exit: a command that ends with a FATAL
+/// error (`pg_terminate_backend` while it waits for the database's other
+/// sessions, say) never reaches its `finally`, and its hold must not keep
+/// the worker out for the rest of its 60 s, nor let every later hold of its
+/// database's owner, one each 10 s, keep it out for good.
+static HELD: ProcessLocal<Cell<u32>> = ProcessLocal(Cell::new(0));
+static RELEASED_AT_EXIT: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+fn held_one_more() {
+    HELD.0.set(HELD.0.get() + 1);
+    if !RELEASED_AT_EXIT.0.replace(true) {
+        process::at_exit(release_at_exit, 0);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn release_at_exit(_code: i32, _arg: pg_sys::Datum) {
+    while HELD.0.get() > 0 {
+        call_back();
+    }
+}
+
 /// Lets the claims worker connect again, once no other command holds it away.
 fn call_back() {
+    let held = HELD.0.get();
+    if held == 0 {
+        return;
+    }
+    HELD.0.set(held - 1);
     if let Some(shm) = shmem::get() {
         shm.claims.release_away();
     }
