@@ -60,3 +60,13 @@ pub fn statement_time_is_up() -> bool {
     };
     limit_ms > 0 && now - started >= i64::from(limit_ms) * 1000
 }
+
+/// Disarms the statement timeout, keeping whether it fired, and lets
+/// Postgres raise its own error if it did: from here the statement timeout
+/// cannot cancel the statement, so one error ends it, not two.
+pub fn disarm_statement_timeout() {
+    // SAFETY: disarms the timer every backend registers at start;
+    // keep_indicator, so a firing already happened is still reported.
+    unsafe { disable_timeout(STATEMENT_TIMEOUT, true) };
+    pgrx::check_for_interrupts!();
+}

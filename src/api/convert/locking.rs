@@ -72,9 +72,13 @@ fn lock(locks: &Locks) {
 /// `statement_timeout`. Postgres raises it itself, except when it comes due
 /// during a lock wait that its lock_timeout ends first: the one error
 /// reported then is the lock timeout, which an attempt takes as its own,
-/// and the statement timeout would never come again.
+/// and the statement timeout would never come again. The timer is disarmed
+/// first (Postgres raises its own error if it fired meanwhile): else, its
+/// time read here a little before it fires, it would cancel the statement a
+/// second time, after an exception block caught this error.
 fn statement_timeout_check() {
     if timeout::statement_time_is_up() {
+        timeout::disarm_statement_timeout();
         pgrx::ereport!(
             ERROR,
             PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
