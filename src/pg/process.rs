@@ -75,8 +75,9 @@ pub fn loading_preloaded_libraries() -> bool {
 /// Whether this transaction may write nothing: read-only, or in parallel
 /// mode (as a parallel worker, or a leader while its workers run).
 pub fn read_only_transaction() -> bool {
-    // SAFETY: backend globals of the current transaction.
-    unsafe { pgrx::pg_sys::XactReadOnly || pgrx::pg_sys::IsInParallelMode() }
+    // SAFETY: a backend global of the current transaction.
+    let read_only = unsafe { pgrx::pg_sys::XactReadOnly };
+    read_only || in_parallel_mode()
 }
 
 /// Whether this transaction is in parallel mode.

@@ -32,10 +32,12 @@ pub fn run(statement: &str, args: &[DatumWithOid<'_>]) {
     ok(Spi::run_with_args(statement, args))
 }
 
-/// Runs `sql` (in the database's encoding), as SPI_execute does; its result
-/// code (negative: it failed). An error in the statement is raised by
-/// Postgres itself.
-pub fn execute(sql: &std::ffi::CStr) -> i32 {
+/// Runs `statement`, written in the database's encoding (names in it may
+/// come from the catalog, which can hold any), as SPI_execute does; its
+/// result code (negative: it failed). An error in the statement is raised
+/// by Postgres itself.
+pub fn execute(statement: &str) -> i32 {
+    let sql = std::ffi::CString::new(super::charset::to_server(statement)).unwrap_or_default();
     ok(Spi::connect_mut(|_| {
         // SAFETY: SPI is connected; the statement is NUL-terminated.
         Ok::<_, SpiError>(unsafe { pgrx::pg_sys::SPI_execute(sql.as_ptr(), false, 0) })

@@ -137,8 +137,7 @@ fn descendants(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// subtransaction if the attempt fails, put back by the caller if not.
 fn set_local_lock_timeout(left: std::time::Duration) {
     let statement = format!("SET LOCAL lock_timeout = {}", left.as_millis().max(1));
-    let sql = std::ffi::CString::new(statement.as_str()).unwrap_or_default();
-    if crate::pg::spi::execute(&sql) < 0 {
+    if crate::pg::spi::execute(&statement) < 0 {
         pgrx::error!("snowflake_convert could not run: {statement}");
     }
 }

@@ -268,8 +268,7 @@ fn current_role() -> String {
 /// Runs one statement, written in the database's encoding (names in it
 /// came from the catalog, so it can hold them all).
 fn run(statement: &str) {
-    let sql = std::ffi::CString::new(crate::pg::charset::to_server(statement)).unwrap_or_default();
-    if crate::pg::spi::execute(&sql) < 0 {
+    if crate::pg::spi::execute(statement) < 0 {
         pgrx::error!("snowflake_convert could not run: {statement}");
     }
 }
