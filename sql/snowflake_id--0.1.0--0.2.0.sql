@@ -5,7 +5,9 @@
 -- data that arrived without the mark; snowflake_nextval_array(n) hands out a
 -- batch as one array; snowflake_lastval() reads back the last ID drawn;
 -- snowflake_uuidv7() makes version 7 UUIDs from the same generator, with
--- mappings to and from IDs; snowflake_to_opaque/from_opaque key IDs for URLs. The status becomes readable by
+-- mappings to and from IDs; snowflake_to_opaque/from_opaque key IDs for URLs;
+-- snowflake_nextval_at(ts) and snowflake_nextval_at_array(ts, n) make IDs for
+-- past times under the backfill worker id. The status becomes readable by
 -- monitoring roles (pg_read_all_stats, and so pg_monitor) instead of by all.
 -- Each server can claim its worker id in snowflake_id.snowflake_claims, which
 -- travels with replicated data, so that two live servers with one worker id
@@ -65,6 +67,17 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
 CREATE FUNCTION @extschema@.snowflake_nextval_array(n integer) RETURNS bigint[]
 STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
+
+-- IDs for past times, under snowflake_id.backfill_worker_id.
+CREATE FUNCTION @extschema@.snowflake_nextval_at(ts timestamptz) RETURNS bigint
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_nextval_at_wrapper';
+CREATE FUNCTION @extschema@.snowflake_nextval_at_array(ts timestamptz, n integer) RETURNS bigint[]
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_nextval_at_array_wrapper';
+-- For the roles an operator grants them to (see the install script).
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
 
 -- The last ID this session drew, as lastval() for sequences.
 CREATE FUNCTION @extschema@.snowflake_lastval() RETURNS bigint
@@ -458,6 +471,12 @@ CREATE TABLE snowflake_id.snowflake_floors (
     covers bigint[] NOT NULL DEFAULT '{}',
     subscriptions_lsn pg_catalog.pg_lsn,
     floor bigint,
+    -- A backfill lease (snowflake_nextval_at), written in the transaction
+    -- that took it: the ticks it covers and the depth it raised them to,
+    -- {first tick, last tick, depth}. Kept whoever writes it: it only ever
+    -- asks a server flooring a copy to skip numbers at past times, and a
+    -- restore by a database's owner must carry it.
+    backfilled bigint[],
     at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;

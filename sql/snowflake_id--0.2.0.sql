@@ -176,6 +176,29 @@ AS 'MODULE_PATHNAME', 'snowflake_nextval_array_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/backfill.rs:27
+-- snowflake_id::api::backfill::snowflake_nextval_at
+CREATE  FUNCTION "snowflake_nextval_at"(
+	"ts" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS bigint /* i64 */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_nextval_at_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/backfill.rs:38
+-- snowflake_id::api::backfill::snowflake_nextval_at_array
+CREATE  FUNCTION "snowflake_nextval_at_array"(
+	"ts" timestamp with time zone, /* TimestampWithTimeZone */
+	"n" INT /* i32 */
+) RETURNS bigint[] /* Int8Array */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_nextval_at_array_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/nextval.rs:51
 -- snowflake_id::api::nextval::snowflake_nextval_batch
 CREATE  FUNCTION "snowflake_nextval_batch"(
@@ -445,6 +468,43 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:75
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+--   backfill::snowflake_nextval_at
+--   backfill::snowflake_nextval_at_array
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/status.rs:171
 -- requires:
 --   snowflake_status
@@ -668,34 +728,6 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:75
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/api/admin.rs:69
 -- requires:
 --   snowflake_claims
@@ -718,6 +750,12 @@ CREATE TABLE snowflake_id.snowflake_floors (
     covers bigint[] NOT NULL DEFAULT '{}',
     subscriptions_lsn pg_catalog.pg_lsn,
     floor bigint,
+    -- A backfill lease (snowflake_nextval_at), written in the transaction
+    -- that took it: the ticks it covers and the depth it raised them to,
+    -- {first tick, last tick, depth}. Kept whoever writes it: it only ever
+    -- asks a server flooring a copy to skip numbers at past times, and a
+    -- restore by a database's owner must carry it.
+    backfilled bigint[],
     at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;

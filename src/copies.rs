@@ -31,6 +31,7 @@ use crate::shmem::Shmem;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use snowflake_id_core::backfill::Raise;
 use snowflake_id_core::config::Config;
 use snowflake_id_core::copies::{self, FloorRow};
 use snowflake_id_core::generator::Limits;
@@ -299,7 +300,7 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         }
         let mut rows = Vec::new();
         for row in client.select(
-            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor
+            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor, backfilled
              FROM snowflake_id.snowflake_floors",
             None,
             &[],
@@ -309,6 +310,7 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
                 covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
                 subscriptions_lsn: row.get::<String>(3)?.as_deref().and_then(parse_lsn),
                 floor: row.get::<i64>(4)?,
+                backfilled: row.get::<Vec<i64>>(5)?.unwrap_or_default(),
             });
         }
         Ok((rows, lsn))
@@ -408,6 +410,12 @@ pub fn floor_if_copied(
             Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
             None => "no column holds an ID".to_string(),
         };
+        // What backfills leased at past times, wherever the data was made.
+        let backfilled = mark::leases::raise_copied(shm, &copies::backfilled(&rows))?;
+        let said = match backfilled {
+            0 => said,
+            n => format!("{said}; {n} backfill lease(s) of the record raised this server's"),
+        };
         shm.floored.note(db, copies::fingerprint(&rows, lsn));
         let recorded = write_record(
             me,
@@ -434,6 +442,29 @@ pub fn floor_if_copied(
         CHECKED.0.set(true);
     }
     done
+}
+
+/// Notes a backfill lease in this database's record, in the caller's
+/// transaction (as the bootstrap superuser, as the floors' rows are
+/// written): a copy of the data (`pg_upgrade`, a dump, a logical copy)
+/// carries it with the IDs, and the server that floors the copy raises its
+/// backfill map over it. An aborted transaction takes the row with the
+/// rows that hold its IDs; the caller then forgets the lease.
+pub fn record_lease(raise: &Raise) -> Result<(), Failure> {
+    if record().is_none() {
+        return Err(not_updated());
+    }
+    let me = xlog::origin().0 as i64;
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+        spi::run(
+            "INSERT INTO snowflake_id.snowflake_floors (system_identifier, backfilled) VALUES ($1, $2)",
+            &[
+                DatumWithOid::from(me),
+                DatumWithOid::from(raise.to_row().to_vec()),
+            ],
+        )
+    });
+    Ok(())
 }
 
 /// Notes in this database's record a floor `snowflake_resume_above(id)`

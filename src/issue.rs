@@ -103,7 +103,7 @@ pub fn shmem() -> &'static Shmem {
 ///
 /// The status's `problem` asks with `settle` false: it says why the id is
 /// not known, and neither waits nor settles it.
-fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failure> {
+pub fn preflight(shm: &Shmem, settle: bool) -> Result<(&'static Config, u32), Failure> {
     if xlog::in_recovery() {
         return Err(mark::read_only());
     }

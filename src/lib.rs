@@ -16,6 +16,7 @@
 //! - `worker_id`: this server's worker id, where it comes from and when it
 //!   is fixed;
 //! - `issue`: issuing IDs, and the checks a call makes first;
+//! - `backfill`: IDs for past times, from leases of the backfill map;
 //! - `bgworkers`: the reserver and the claims worker;
 //! - `api`: every SQL function.
 //!
@@ -30,6 +31,7 @@
 use pgrx::prelude::*;
 
 mod api;
+mod backfill;
 mod bgworkers;
 mod catalog;
 mod citus;
@@ -69,6 +71,7 @@ pub extern "C-unwind" fn _PG_init() {
 fn on_shmem_created(shm: &'static shmem::Shmem) {
     worker_id::start(shm);
     mark::resume::at_start(shm);
+    mark::leases::at_start(shm);
     bgworkers::claims::start(shm);
 }
 

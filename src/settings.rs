@@ -36,6 +36,7 @@ static WORKER_ID_SOURCE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"setting"));
 static WORKER_ID_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
 static CLAIMS_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static BACKFILL_WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 
 /// The custom WAL resource manager id marks are logged under. 128 is for
 /// development only; the ids PostgreSQL's wiki lists (129 to 140, 241) and
@@ -198,6 +199,7 @@ pub fn define() {
     define_layout();
     define_wal(raw_rmgr);
     define_policy(raw_policy);
+    define_backfill();
     settle_identity(raw_worker, raw_offset, epoch_set);
 }
 
@@ -237,6 +239,22 @@ fn define_identity() {
         c"Replicate snowflake_claims along with the data, and every server that receives another live server's claim on its own worker id knows.",
         &CLAIMS_DATABASE,
         GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// The worker id of IDs for past times (`snowflake_nextval_at`). A reload
+/// may set or change it: the record of what was handed out at past times
+/// is the server's, whatever worker id the IDs carry.
+fn define_backfill() {
+    GucRegistry::define_int_guc(
+        c"snowflake_id.backfill_worker_id",
+        c"The worker id of this server's IDs for past times (snowflake_nextval_at); unset (-1): none are issued.",
+        c"A worker id of this server's own, unique among all servers whose IDs meet, as its live worker id is, and not that one.",
+        &BACKFILL_WORKER_ID,
+        -1,
+        i32::MAX,
+        GucContext::Sighup,
         GucFlags::default(),
     );
 }
@@ -476,7 +494,7 @@ fn warn_of_names_in_another_case() {
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
                 )
                 .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
-                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, wal_rmgr_id, claims_database, opaque_keys_file."),
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, backfill_worker_id, wal_rmgr_id, claims_database, opaque_keys_file."),
                 pgrx::PgLogLevel::WARNING,
             );
         }
@@ -487,6 +505,11 @@ fn string_setting(s: &GucSetting<Option<CString>>) -> String {
     s.get()
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// The worker id of IDs for past times, if one is set.
+pub fn backfill_worker_id() -> Option<u32> {
+    u32::try_from(BACKFILL_WORKER_ID.get()).ok()
 }
 
 /// The WAL resource manager id marks are logged under.

@@ -16,6 +16,7 @@
 //! - [`convert`]: the DDL that moves a table's key column to snowflake IDs.
 //! - [`failure`]: errors as Postgres reports them.
 //! - [`mark`]: the durable high-water mark file.
+//! - [`backfill`]: IDs for past times: what was handed out at which ticks, and leases of it.
 //! - [`copies`]: data from another cluster: when a database is floored, and how IDs continue.
 //! - [`resume`]: where generation may resume after a start or a crash.
 //! - [`shared_text`]: text one process writes and others read, without a lock.
@@ -23,6 +24,7 @@
 // Nothing here needs unsafe code; the compiler holds us to it.
 #![forbid(unsafe_code)]
 
+pub mod backfill;
 pub mod citus;
 pub mod claims;
 pub mod config;

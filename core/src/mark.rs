@@ -115,7 +115,7 @@ pub struct Record {
 
 /// CRC-32C (Castagnoli), bit by bit: the record is 60 bytes and written a
 /// few times a second, so a table buys nothing.
-fn crc32c(data: &[u8]) -> u32 {
+pub(crate) fn crc32c(data: &[u8]) -> u32 {
     let mut crc = !0u32;
     for &b in data {
         crc ^= u32::from(b);

@@ -81,6 +81,8 @@ extension_sql_file!(
         snowflake_resume_above_uuid,
         snowflake_resume_above_everything,
         "snowflake_status",
-        convert::snowflake_convert
+        convert::snowflake_convert,
+        backfill::snowflake_nextval_at,
+        backfill::snowflake_nextval_at_array
     ]
 );

@@ -3,6 +3,7 @@
 //! below; volatility, strictness and parallel safety are marked on each.
 
 mod admin;
+mod backfill;
 mod claims;
 mod convert;
 mod decode;

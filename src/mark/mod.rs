@@ -13,8 +13,11 @@
 
 pub mod admin;
 mod file;
+mod lease_file;
+pub mod leases;
 pub mod redo;
 pub mod resume;
+mod standby;
 
 use crate::pg::clock::now_ms;
 use crate::pg::xlog::{self, StandbyWait};
@@ -26,8 +29,8 @@ use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
 use snowflake_id_core::mark::{Identity, Record, WORKER_UNKNOWN};
 use snowflake_id_core::resume::Resume;
-use snowflake_id_core::timefmt::format_duration;
 use snowflake_id_core::{Class, Failure};
+use standby::{standby_silent, waits_for_standbys};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -111,35 +114,12 @@ pub fn write_problem() -> Option<Failure> {
         .map(|e| io_failure("write", e))
 }
 
-/// Whether moves of the mark wait for synchronous standbys: where marks
-/// are WAL-logged and `synchronous_standby_names` names any. A server-wide
-/// decision on purpose: a session's own `synchronous_commit` (which any
-/// user may turn off) must not publish a mark other sessions' IDs then
-/// rely on.
-fn waits_for_standbys() -> bool {
-    redo::enabled() && xlog::sync_standbys_named()
-}
-
 /// The error a call needing the mark moved would meet now because a
 /// synchronous standby has not confirmed the last mark for `max_wait`.
 pub fn standby_problem(shm: &Shmem, max_wait_ms: u64) -> Option<Failure> {
     let since = shm.mark.standby_wait_since_ms()?;
     (waits_for_standbys() && now_ms() - since >= max_wait_ms as i64)
         .then(|| standby_silent(max_wait_ms))
-}
-
-/// The error of a call whose mark a synchronous standby did not confirm in
-/// time.
-fn standby_silent(waited_ms: u64) -> Failure {
-    Failure::new(
-        Class::NotReady,
-        format!(
-            "no synchronous standby confirmed snowflake_id's durable mark within {}",
-            format_duration(waited_ms)
-        ),
-    )
-    .detail("IDs above the mark are issued only once a standby named in synchronous_standby_names has flushed it, so that a failover to that standby cannot repeat them.")
-    .hint("Check that the standbys named in synchronous_standby_names are connected (pg_stat_replication). To issue IDs without them, remove them from synchronous_standby_names and reload; commits then stop waiting for them too.")
 }
 
 /// Whether the reserver should log the mark again: recovery from the

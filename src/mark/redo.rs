@@ -1,11 +1,13 @@
 //! The mark in WAL: a custom WAL resource manager (PostgreSQL 15+) whose
-//! one record is the mark, so that crash recovery, standbys, restored base
-//! backups and point-in-time recovery all replay it. Logging a mark, its
-//! redo and its description, as Postgres keeps `sequence_xlog.c` beside
-//! `sequence.c`. PostgreSQL 13 and 14 have no custom resource managers:
-//! marks are not WAL-logged there (see the README).
+//! records are the mark and the backfill map's leases, so that crash
+//! recovery, standbys, restored base backups and point-in-time recovery
+//! all replay them. Logging a record, its redo and its description, as
+//! Postgres keeps `sequence_xlog.c` beside `sequence.c`. PostgreSQL 13
+//! and 14 have no custom resource managers: nothing is WAL-logged there
+//! (see the README).
 
 use super::file::{file, io_failure};
+use super::lease_file;
 use crate::pg::error;
 use crate::settings;
 use crate::shmem::mark::MarkSource;
@@ -13,13 +15,17 @@ use crate::shmem::refusal::MarkRefusal;
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 use pgrx::pg_sys;
 use pgrx::PgLogLevel;
+use snowflake_id_core::backfill::Raise;
 use snowflake_id_core::mark::{Identity, Record};
 use snowflake_id_core::{Class, Failure};
 use std::sync::atomic::Ordering;
 
-/// The `xl_info` of a mark record (the low four bits belong to Postgres).
+/// The `xl_info` of a mark record and of a backfill lease's (the low four
+/// bits belong to Postgres).
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 const INFO_MARK: u8 = 0x10;
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+const INFO_LEASE: u8 = 0x20;
 
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 static mut RMGR_ID: u8 = 0;
@@ -63,16 +69,39 @@ pub fn register(_id: u8) {}
 /// `None` where marks are not WAL-logged.
 pub(super) fn log(rec: &Record) -> Option<u64> {
     #[cfg(not(any(feature = "pg13", feature = "pg14")))]
-    if enabled() {
-        // SAFETY: RMGR_ID is written once in _PG_init.
-        return Some(crate::pg::xlog::insert_flushed(
-            unsafe { RMGR_ID },
-            INFO_MARK,
-            &rec.encode(),
-        ));
+    return log_as(INFO_MARK, &rec.encode());
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    {
+        let _ = rec;
+        None
     }
-    let _ = rec;
+}
+
+/// Writes raises of the backfill map to WAL, flushed once after the last,
+/// as [`log`] a mark; returns the end of the last.
+pub(super) fn log_raises(raises: &[Raise]) -> Option<u64> {
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    if enabled() {
+        let mut end = None;
+        for r in raises {
+            // SAFETY: RMGR_ID is written once in _PG_init.
+            end = Some(crate::pg::xlog::insert(
+                unsafe { RMGR_ID },
+                INFO_LEASE,
+                &r.encode(),
+            ));
+        }
+        end.inspect(|&lsn| crate::pg::xlog::flush(lsn));
+        return end;
+    }
+    let _ = raises;
     None
+}
+
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+fn log_as(info: u8, data: &[u8]) -> Option<u64> {
+    // SAFETY: RMGR_ID is written once in _PG_init.
+    enabled().then(|| crate::pg::xlog::insert_flushed(unsafe { RMGR_ID }, info, data))
 }
 
 /// Redo of a mark record (startup process: crash recovery, a standby,
@@ -125,6 +154,27 @@ fn replay(rec: &Record) {
     });
 }
 
+/// Redo of a lease (startup process): raised in shared memory and
+/// written to the state file, since no checkpoint will write it. Raises
+/// nothing: an ERROR here would stop the server.
+#[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))]
+fn replay_lease(r: &Raise) {
+    let Some(shm) = crate::shmem::get() else {
+        return;
+    };
+    shm.backfill.with_map(|map| {
+        if map.min_over(r.lo, r.hi) >= r.depth {
+            return; // a lease this server's file had already
+        }
+        map.raise(r.lo, r.hi, r.depth);
+        if let Err(e) = lease_file::write(map) {
+            // Kept in shared memory all the same; only a restart before the
+            // next lease could forget it.
+            error::log(lease_file::io_failure("write", e), PgLogLevel::WARNING);
+        }
+    });
+}
+
 /// Redo of a mark record that cannot be read: generation is refused, since
 /// the mark it held is unknown.
 #[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))]
@@ -139,43 +189,62 @@ fn replay_unreadable(why: &str) {
     );
     if let Some(shm) = crate::shmem::get() {
         shm.refusal.refuse_mark(MarkRefusal::UnreadableRecord);
+        shm.backfill.set_damaged();
     }
 }
 
-/// The record's bytes, if it is a mark record of this format.
+/// What a record of this resource manager holds.
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+enum Logged {
+    Mark(Record),
+    Lease(Raise),
+}
+
+/// The record, if it is one of this format.
 ///
 /// # Safety
 /// `record` must be the record being redone or described.
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
-unsafe fn mark_of(record: *mut pg_sys::XLogReaderState) -> Result<Record, String> {
+unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String> {
+    use snowflake_id_core::backfill::RECORD as LEASE;
     use snowflake_id_core::mark::RECORD;
     // SAFETY: the decoded record Postgres hands the resource manager; its
     // main data is `main_data_len` bytes long.
-    unsafe {
+    let (info, data) = unsafe {
         let decoded = (*record).record;
         let info = (*decoded).header.xl_info & !(pg_sys::XLR_INFO_MASK as u8);
-        if info != INFO_MARK {
-            return Err(format!("unknown record type {info:#x}"));
-        }
         let len = (*decoded).main_data_len as usize;
-        if len != RECORD {
-            return Err(format!("{len} bytes instead of {RECORD}"));
-        }
-        let data = std::slice::from_raw_parts((*decoded).main_data as *const u8, len);
-        Record::decode(data).ok_or_else(|| "its checksum does not match".to_string())
+        (
+            info,
+            std::slice::from_raw_parts((*decoded).main_data as *const u8, len),
+        )
+    };
+    let sized = |want: usize| match data.len() {
+        n if n == want => Ok(data),
+        n => Err(format!("{n} bytes instead of {want}")),
+    };
+    match info {
+        INFO_MARK => Record::decode(sized(RECORD)?)
+            .map(Logged::Mark)
+            .ok_or_else(|| "its checksum does not match".to_string()),
+        INFO_LEASE => Raise::decode(sized(LEASE)?)
+            .map(Logged::Lease)
+            .ok_or_else(|| "its block ends before it begins".to_string()),
+        _ => Err(format!("unknown record type {info:#x}")),
     }
 }
 
-/// Redo of a mark record, in the startup process. An ERROR here would stop
+/// Redo of a record, in the startup process. An ERROR here would stop
 /// the server, so nothing in it raises: a record it cannot read refuses
 /// generation instead (the status and every call say why).
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     // SAFETY: Postgres redoes the record it hands us.
-    let parsed = unsafe { mark_of(record) };
+    let parsed = unsafe { logged(record) };
     let outcome = std::panic::catch_unwind(|| match parsed {
-        Ok(rec) => replay(&rec),
+        Ok(Logged::Mark(rec)) => replay(&rec),
+        Ok(Logged::Lease(raise)) => replay_lease(&raise),
         Err(why) => replay_unreadable(&why),
     });
     if outcome.is_err() {
@@ -193,12 +262,13 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn desc(buf: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
     // SAFETY: Postgres describes the record it hands us.
-    let text = match unsafe { mark_of(record) } {
-        Ok(r) => format!(
+    let text = match unsafe { logged(record) } {
+        Ok(Logged::Mark(r)) => format!(
             "mark tick {} worker {} generation {} system {} timeline {}",
             r.mark_tick, r.worker_id, r.generation, r.system_id, r.timeline
         ),
-        Err(why) => format!("unreadable mark: {why}"),
+        Ok(Logged::Lease(r)) => format!("backfill ticks {} to {} depth {}", r.lo, r.hi, r.depth),
+        Err(why) => format!("unreadable record: {why}"),
     };
     let c = std::ffi::CString::new(text).unwrap_or_default();
     // SAFETY: appends to the buffer Postgres handed us.
@@ -208,9 +278,9 @@ unsafe extern "C-unwind" fn desc(buf: pg_sys::StringInfo, record: *mut pg_sys::X
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn identify(info: u8) -> *const std::ffi::c_char {
-    if info & !(pg_sys::XLR_INFO_MASK as u8) == INFO_MARK {
-        c"MARK".as_ptr()
-    } else {
-        std::ptr::null()
+    match info & !(pg_sys::XLR_INFO_MASK as u8) {
+        INFO_MARK => c"MARK".as_ptr(),
+        INFO_LEASE => c"BACKFILL".as_ptr(),
+        _ => std::ptr::null(),
     }
 }

@@ -1,7 +1,9 @@
 //! Locks on relations, taken as Postgres's own commands take them: held to
-//! the end of the (sub)transaction.
+//! the end of the (sub)transaction; and the lightweight locks of this
+//! library's own tranche, held around a step in shared memory.
 
 use pgrx::pg_sys;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The lock modes this library takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,4 +40,35 @@ pub fn relation(oid: pg_sys::Oid, mode: Mode) {
 pub fn relation_if_free(oid: pg_sys::Oid, mode: Mode) -> bool {
     // SAFETY: as `relation`, without waiting.
     unsafe { pg_sys::ConditionalLockRelationOid(oid, mode.lockmode()) }
+}
+
+/// A lightweight lock of this library's tranche, kept in shared memory.
+#[repr(C)]
+pub struct SharedLock(AtomicPtr<pg_sys::LWLock>);
+
+impl SharedLock {
+    /// # Safety
+    /// `lock` must be a lightweight lock that lives as long as the shared
+    /// memory this is kept in.
+    pub unsafe fn new(lock: *mut pg_sys::LWLock) -> SharedLock {
+        SharedLock(AtomicPtr::new(lock))
+    }
+
+    /// Runs `f` holding the lock exclusively. An ERROR inside `f` releases
+    /// it with every LWLock, as Postgres's abort does; a Rust panic, by
+    /// the guard.
+    pub fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
+        let lock = self.0.load(Ordering::Relaxed);
+        // SAFETY: valid for the shared memory's life (`new`).
+        unsafe { pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE) };
+        struct Release(*mut pg_sys::LWLock);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                // SAFETY: acquired above, by this process.
+                unsafe { pg_sys::LWLockRelease(self.0) };
+            }
+        }
+        let _release = Release(lock);
+        f()
+    }
 }

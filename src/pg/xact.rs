@@ -4,8 +4,10 @@
 //! memory context, resource owner, user id and security context it began
 //! with put back.
 
+use super::process::ProcessLocal;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::cell::Cell;
 
 /// Runs `f` in a transaction of its own (a background worker, between
 /// transactions), as the bootstrap superuser whatever role or session
@@ -95,5 +97,50 @@ pub fn attempt(
             .execute();
         end(kept);
         kept
+    }
+}
+
+/// Transactions and subtransactions of this process that aborted since
+/// [`count_aborts`] was first called.
+static ABORTS: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(0));
+static COUNTING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+/// How many transactions and subtransactions of this process aborted since
+/// the first call: what was done in one that aborted is gone, and a caller
+/// that keeps state across transactions compares counts to know.
+pub fn count_aborts() -> u64 {
+    if !COUNTING.0.get() {
+        COUNTING.0.set(true);
+        // SAFETY: callbacks registered once for the life of the process;
+        // they only count.
+        unsafe {
+            pg_sys::RegisterXactCallback(Some(xact_ended), std::ptr::null_mut());
+            pg_sys::RegisterSubXactCallback(Some(subxact_ended), std::ptr::null_mut());
+        }
+    }
+    ABORTS.0.get()
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn xact_ended(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::XactEvent::XACT_EVENT_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+    {
+        ABORTS.0.set(ABORTS.0.get() + 1);
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn subxact_ended(
+    event: pg_sys::SubXactEvent::Type,
+    _sub: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        ABORTS.0.set(ABORTS.0.get() + 1);
     }
 }

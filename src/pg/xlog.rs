@@ -14,16 +14,30 @@ use std::time::{Duration, Instant};
 /// for `archive_timeout`.
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 pub fn insert_flushed(rmgr: u8, info: u8, data: &[u8]) -> u64 {
+    let lsn = insert(rmgr, info, data);
+    flush(lsn);
+    lsn
+}
+
+/// Writes a record as [`insert_flushed`] does, without the flush: for a
+/// run of records flushed once, after the last.
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+pub fn insert(rmgr: u8, info: u8, data: &[u8]) -> u64 {
     // SAFETY: the documented insert sequence; `data` outlives XLogInsert,
     // which copies it.
     unsafe {
         pg_sys::XLogBeginInsert();
         pg_sys::XLogRegisterData(data.as_ptr().cast_mut().cast(), data.len() as _);
         pg_sys::XLogSetRecordFlags(pg_sys::XLOG_MARK_UNIMPORTANT as u8);
-        let lsn = pg_sys::XLogInsert(rmgr, info);
-        pg_sys::XLogFlush(lsn);
-        lsn
+        pg_sys::XLogInsert(rmgr, info)
     }
+}
+
+/// Flushes WAL through `lsn`.
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+pub fn flush(lsn: u64) {
+    // SAFETY: XLogFlush takes any position up to the insert position.
+    unsafe { pg_sys::XLogFlush(lsn) }
 }
 
 /// The start of the WAL that recovery from the latest checkpoint replays.

@@ -2,11 +2,9 @@
 //! (under `with_lock`, but for the standby wait's start), read by the
 //! status: the newest mark, where it came from, where it was logged.
 
-use pgrx::pg_sys;
+use crate::pg::lock::SharedLock;
 use snowflake_id_core::mark::Record;
-use std::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
-};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const NO_MARK: u64 = u64::MAX;
 
@@ -43,7 +41,7 @@ impl MarkSource {
 #[repr(C)]
 pub struct MarkState {
     /// Serialises moves of the mark (a tranche lock of this library's own).
-    lock: AtomicPtr<pg_sys::LWLock>,
+    lock: SharedLock,
     /// Generation number of the newest mark (0 before the first).
     generation: AtomicU64,
     /// The newest mark (a tick), `NO_MARK` before the first.
@@ -66,9 +64,9 @@ pub struct MarkState {
 }
 
 impl MarkState {
-    pub fn new(lock: *mut pg_sys::LWLock) -> MarkState {
+    pub fn new(lock: SharedLock) -> MarkState {
         MarkState {
-            lock: AtomicPtr::new(lock),
+            lock,
             generation: AtomicU64::new(0),
             tick: AtomicU64::new(NO_MARK),
             written_at_ms: AtomicI64::new(0),
@@ -84,19 +82,7 @@ impl MarkState {
 
     /// Runs `f` holding the lock that serialises moves of the mark.
     pub fn with_lock<R>(&self, f: impl FnOnce() -> R) -> R {
-        let lock = self.lock.load(Ordering::Relaxed);
-        // SAFETY: the tranche lock lives in shared memory for the server's
-        // lifetime; an ERROR inside `f` releases it with every LWLock.
-        unsafe { pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE) };
-        struct Release(*mut pg_sys::LWLock);
-        impl Drop for Release {
-            fn drop(&mut self) {
-                // SAFETY: acquired above, by this process.
-                unsafe { pg_sys::LWLockRelease(self.0) };
-            }
-        }
-        let _release = Release(lock);
-        f()
+        self.lock.exclusive(f)
     }
 
     /// Notes `rec` as the newest mark known, learnt from `source`.

@@ -5,6 +5,7 @@
 //! - the generator word and its durable window (`snowflake_id_core::generator::Shared`),
 //!   taken by `issue`, published and revoked by `mark`;
 //! - [`mark::MarkState`]: what is known of the durable mark, written by `mark`;
+//! - [`backfill::BackfillState`]: what was handed out at past times, written by `backfill`;
 //! - [`refusal::Refusal`]: whether generation is refused, and why;
 //! - [`claims::ClaimsState`]: what the claims worker publishes;
 //! - [`counters`]: counts for the status, and the per-process slots;
@@ -15,6 +16,7 @@
 //! What runs when the region is first made is handed in by `lib.rs`: this
 //! layer knows no part's meaning beyond its own fields.
 
+pub mod backfill;
 pub mod claims;
 pub mod counters;
 pub mod floors;
@@ -24,6 +26,7 @@ pub mod refusal;
 pub mod worker;
 
 use crate::pg::clock::now_ms;
+use crate::pg::lock::SharedLock;
 use counters::{Counters, Slot, Slots};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -34,6 +37,7 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 pub struct Shmem {
     pub gen: Shared,
     pub mark: mark::MarkState,
+    pub backfill: backfill::BackfillState,
     pub refusal: refusal::Refusal,
     pub claims: claims::ClaimsState,
     pub reserver_pid: pid::Pid,
@@ -113,7 +117,8 @@ unsafe fn request() {
     // SAFETY: see above.
     unsafe {
         pg_sys::RequestAddinShmemSpace(size());
-        pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 1);
+        // The mark's lock, and the backfill map's.
+        pg_sys::RequestNamedLWLockTranche(NAME.as_ptr(), 2);
     }
 }
 
@@ -146,8 +151,10 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let shmem = raw.add(raw.align_offset(64)) as *mut Shmem;
         if !found {
             std::ptr::write_bytes(raw, 0, size());
-            let lock = &raw mut (*pg_sys::GetNamedLWLockTranche(NAME.as_ptr())).lock;
-            std::ptr::write(shmem, Shmem::fresh(lock, slot_count()));
+            let locks = pg_sys::GetNamedLWLockTranche(NAME.as_ptr());
+            let mark_lock = SharedLock::new(&raw mut (*locks).lock);
+            let backfill_lock = SharedLock::new(&raw mut (*locks.add(1)).lock);
+            std::ptr::write(shmem, Shmem::fresh(mark_lock, backfill_lock, slot_count()));
         }
         SHMEM.store(shmem, Ordering::Release);
         if let (false, Some(on_create)) = (found, ON_CREATE) {
@@ -166,10 +173,11 @@ pub fn get() -> Option<&'static Shmem> {
 }
 
 impl Shmem {
-    fn fresh(lock: *mut pg_sys::LWLock, slot_count: u64) -> Shmem {
+    fn fresh(mark_lock: SharedLock, backfill_lock: SharedLock, slot_count: u64) -> Shmem {
         Shmem {
             gen: Shared::default(),
-            mark: mark::MarkState::new(lock),
+            mark: mark::MarkState::new(mark_lock),
+            backfill: backfill::BackfillState::new(backfill_lock),
             refusal: refusal::Refusal::new(),
             claims: claims::ClaimsState::new(),
             reserver_pid: pid::Pid::new(),

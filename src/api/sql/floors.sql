@@ -16,6 +16,12 @@ CREATE TABLE snowflake_id.snowflake_floors (
     covers bigint[] NOT NULL DEFAULT '{}',
     subscriptions_lsn pg_catalog.pg_lsn,
     floor bigint,
+    -- A backfill lease (snowflake_nextval_at), written in the transaction
+    -- that took it: the ticks it covers and the depth it raised them to,
+    -- {first tick, last tick, depth}. Kept whoever writes it: it only ever
+    -- asks a server flooring a copy to skip numbers at past times, and a
+    -- restore by a database's owner must carry it.
+    backfilled bigint[],
     at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;

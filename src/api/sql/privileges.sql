@@ -7,6 +7,13 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
 
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
 -- The status shows the server's identity, its durable mark and its counters:
 -- for monitoring roles, as Postgres does with other sessions' statistics.
 -- pg_read_all_stats is one of the roles pg_monitor holds, so members of
