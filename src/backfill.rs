@@ -11,24 +11,54 @@
 use crate::copies;
 use crate::issue;
 use crate::mark::{self, leases};
+use crate::pg::error::log;
 use crate::pg::process::{self, ProcessLocal};
 use crate::pg::{clock, xact};
 use crate::settings;
 use crate::shmem::Shmem;
 use crate::worker_id;
+use pgrx::PgLogLevel;
 use snowflake_id_core::backfill::{Backfiller, Exhausted, Shape};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::layout::{Layout, Parts};
 use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{Class, Failure};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 /// This backend's leases, and the count of aborts they were taken after.
 /// Made again when the layout is not the one they were made for, and
-/// after any abort: a lease's row in the database's record may have gone
-/// with the (sub)transaction that wrote it, and no ID may be handed out
-/// under a lease a copy of the data would not know of.
+/// after any abort (or PREPARE TRANSACTION): a lease's row in the
+/// database's record may have gone with the (sub)transaction that wrote
+/// it, and no ID may be handed out under a lease a copy of the data would
+/// not know of.
 static LEASES: ProcessLocal<RefCell<Option<(Backfiller, u64)>>> = ProcessLocal(RefCell::new(None));
+
+/// Whether this backend raised the map over its database's record.
+static RECORD_READ: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+
+/// Raises the map over every lease this database's record holds, once per
+/// backend: the leases of the rows this database holds are there, in the
+/// transactions that wrote the rows, whatever became of the state file (a
+/// restored or removed one) or of WAL (PostgreSQL 13 and 14 log none, and
+/// a standby promoted there knows only what its copy of the table says).
+fn follow_record(shm: &Shmem) -> Result<(), Failure> {
+    let raised = leases::raise_copied(shm, &copies::recorded_leases()?)?;
+    if raised > 0 {
+        log(
+            Failure::new(
+                Class::Warning,
+                format!(
+                    "snowflake_id: {raised} backfill lease(s) of database \"{}\"'s record were not in this server's record of past times; it was raised over them",
+                    copies::database_name()
+                ),
+            )
+            .detail("The state file snowflake_id.backfill was restored from an older copy or removed, or this server was promoted from a standby that could not replay them."),
+            PgLogLevel::LOG,
+        );
+    }
+    RECORD_READ.0.set(true);
+    Ok(())
+}
 
 /// IDs handed out at one time: `n` consecutive sequence numbers from
 /// `first`, at `tick`, under `worker`.
@@ -87,6 +117,9 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     }
     if !copies::checked() {
         copies::floor_if_copied(shm, cfg, &policy.limits(), policy.max_wait_ms)?;
+    }
+    if !RECORD_READ.0.get() {
+        follow_record(shm)?;
     }
     let now = clock::now_ms();
     let at_ms = unix_us.div_euclid(1000) as i64;

@@ -467,6 +467,30 @@ pub fn record_lease(raise: &Raise) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Every backfill lease this database's record holds (whichever server
+/// took it), read as the bootstrap superuser.
+pub fn recorded_leases() -> Result<Vec<Raise>, Failure> {
+    if record().is_none() {
+        return Err(not_updated());
+    }
+    Ok(role::acting_as(
+        pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
+        || {
+            spi::ok(Spi::connect(|client| {
+                let mut out = Vec::new();
+                for row in client.select(
+                "SELECT backfilled FROM snowflake_id.snowflake_floors WHERE backfilled IS NOT NULL",
+                None,
+                &[],
+            )? {
+                out.extend(Raise::from_row(&row.get::<Vec<i64>>(1)?.unwrap_or_default()));
+            }
+                Ok::<_, pgrx::spi::SpiError>(out)
+            }))
+        },
+    ))
+}
+
 /// Notes in this database's record a floor `snowflake_resume_above(id)`
 /// made, so that a restart continues from it as from a copy's floor; it
 /// covers no server (a floor by hand may be below what they left).
@@ -516,7 +540,7 @@ fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
     }
 }
 
-fn database_name() -> String {
+pub fn database_name() -> String {
     crate::pg::database::name(process::database_id()).unwrap_or_default()
 }
 

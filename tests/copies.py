@@ -1,7 +1,8 @@
 """What the tests of copies between clusters share (tests/replication/test_copies.py,
 tests/packaging/test_pg_upgrade.py): a database with every kind of ID column
 the automatic floor reads, filled on the original server with a burst at its
-end, and what the copy's server then issues into it.
+end, and history backfilled at past times (snowflake_nextval_at), and what
+the copy's server then issues into it, backfills included.
 
 The copy's server runs with its clock 60 s behind the original's (libfaketime),
 the same worker id, and applications writing at once: two sessions inserting
@@ -24,7 +25,29 @@ CREATE TABLE p (id bigint DEFAULT snowflake_nextval(), n int, PRIMARY KEY (n, id
 CREATE TABLE p_low PARTITION OF p FOR VALUES FROM (MINVALUE) TO (1000);
 CREATE TABLE p_high PARTITION OF p FOR VALUES FROM (1000) TO (MAXVALUE);
 CREATE TABLE app_made (ref bigint, n int);
+CREATE TABLE hist (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz NOT NULL, n int);
 """
+# History both servers backfill: 20 s of 2025, a row every 2 ms, and a
+# batch at one time (the same IDs would be issued again if the copy's server
+# knew nothing of the original's backfills).
+HISTORY = """
+INSERT INTO hist (id, at, n) SELECT snowflake_nextval_at(t), t, {n}
+  FROM (SELECT timestamptz '2025-02-01' + g * interval '2 ms' AS t FROM generate_series(1, 10000) g) v;
+INSERT INTO hist (id, at, n) SELECT i, '2025-02-01 00:00:01+00', {n}
+  FROM unnest(snowflake_nextval_at_array('2025-02-01 00:00:01+00', 100)) i;
+"""
+BACKFILL_WORKER_ID = 1023
+
+
+def backfill_history(s, dbname, n):
+    """Sets the backfill worker id (as an operator would, on each server:
+    ALTER SYSTEM is not carried by pg_upgrade or a dump) and backfills
+    HISTORY; returns the IDs it made."""
+    if s.one("SHOW snowflake_id.backfill_worker_id") != str(BACKFILL_WORKER_ID):
+        s.sql(f"ALTER SYSTEM SET snowflake_id.backfill_worker_id = {BACKFILL_WORKER_ID}")
+        s.reload_and_wait()
+    s.sql(HISTORY.format(n=n), dbname=dbname)
+    return set(r[0] for r in s.sql(f"SELECT id FROM hist WHERE n = {n}", dbname=dbname))
 TABLES = ("t", "ev", "u", "p")
 # Every ID in the database, as bigint, with the row's n.
 ALL_IDS = """
@@ -49,7 +72,9 @@ def fill(s, dbname="postgres", rows=2000):
     # than the copy's writes take.
     time.sleep(1.0)
     s.sql("INSERT INTO app_made (ref, n) SELECT snowflake_nextval(), 0 FROM generate_series(1, 10)", dbname=dbname)
+    history = backfill_history(s, dbname, 0)
     return {
+        "history": history,
         "top": s.one(f"SELECT max(id) FROM ({ALL_IDS}) a", dbname=dbname),
         "app_top": s.one("SELECT max(ref) FROM app_made", dbname=dbname),
         "ids": set(r[0] for r in s.sql(f"SELECT id FROM ({ALL_IDS}) a", dbname=dbname)),
@@ -107,6 +132,14 @@ def check_copy(s, original, dbname="postgres", what="the copy"):
     assert min(new) > original["top"], f"{what}: a new ID {min(new)} is below the copied {original['top']}"
     # The floor was the extension's doing, said in the log.
     assert "was floored because" in s.log_text(), s.log_text()[-3000:]
+    # The same history backfilled again here: the copy's record of floors
+    # carried the original's leases, and its floor raised this server's.
+    if "history" in original and s.one("SELECT count(*) FROM hist WHERE n = 0", dbname=dbname):
+        again = backfill_history(s, dbname, AFTER)
+        assert len(again) == len(original["history"])
+        repeated = again & original["history"]
+        assert not repeated, f"{what}: {len(repeated)} backfilled IDs issued again"
+        assert "backfill lease(s) of the record raised this server's" in s.log_text()
     print(f"{what}: first insert waited {wait * 1000:.0f} ms (clock {CLOCK_BEHIND_S} s behind); "
           f"{inserted} inserts in 3 s, none failed")
     return wait

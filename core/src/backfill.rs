@@ -192,8 +192,8 @@ pub struct Shape {
 /// room for 256 such passes over the same hours before blocks shrink.
 const START_SPAN_MS: u64 = 4 * 3_600_000;
 const START_WIDTH: u64 = 16;
-/// How far a lease that ran out at one tick shrinks its next block (and
-/// widens its window), and how far a lease moved past while sparse grows it.
+/// How far [`Depths::lease`] shrinks a block too deep for the window
+/// asked, and how far a lease moved past while sparse grows the next.
 const SHRINK_LOG2: u32 = 4;
 const GROW_LOG2: u32 = 2;
 /// The longest block: about 35 years of milliseconds.
@@ -210,12 +210,14 @@ impl Shape {
         }
     }
 
-    /// The next shape after a lease of this one ran out at a tick: smaller
-    /// blocks, wider windows.
+    /// The next shape after a lease of this one ran out at a tick: a window
+    /// twice as wide, up to a quarter of a tick's numbers (sessions sharing
+    /// a tick each leave their window's rest unused). Doubling, not more:
+    /// what one lease leaves unused is at most what was used before it.
     fn denser(self, ids_per_tick: u64) -> Shape {
         Shape {
-            block_log2: self.block_log2.saturating_sub(SHRINK_LOG2),
-            width: (self.width << SHRINK_LOG2).min(ids_per_tick),
+            block_log2: self.block_log2,
+            width: (self.width << 1).min((ids_per_tick / 4).max(self.width)),
         }
     }
 
@@ -323,6 +325,17 @@ impl Depths {
             .map(|i| self.depths[i])
     }
 
+    /// The last tick of the run from `tick` on whose depths are all at most
+    /// `most` (`tick` itself at least).
+    fn shallow_until(&self, tick: u64, most: u64) -> u64 {
+        let n = (self.len as usize).clamp(1, MAP_CAP);
+        let i = self.starts[..n].partition_point(|&s| s <= tick).max(1) - 1;
+        match (i + 1..n).find(|&j| self.depths[j] > most) {
+            Some(j) => (self.starts[j] - 1).max(tick),
+            None => u64::MAX,
+        }
+    }
+
     /// Raises ticks `lo ..= hi` to at least `depth`.
     pub fn raise(&mut self, lo: u64, hi: u64, depth: u64) {
         let v = self.intervals();
@@ -371,10 +384,15 @@ impl Depths {
             // From the tick on: an import in time order never leases the
             // ticks it has passed again.
             let lo = tick;
+            // And no further than the ticks as shallow as this one, give or
+            // take a window: a lease starts above the deepest tick it covers,
+            // and would waste what lies between at every shallower one.
+            let base = self.min_over(tick, tick);
             let hi = tick
                 .saturating_add((1u64 << b) - 1)
                 .min(last_tick)
-                .min(until.max(tick));
+                .min(until.max(tick))
+                .min(self.shallow_until(tick, base.saturating_add(want)));
             let first = self.depth_over(lo, hi);
             let left = ids_per_tick.saturating_sub(first);
             let width = if b == 0 { want.min(left) } else { want };
@@ -511,6 +529,12 @@ impl Backfiller {
         n: u64,
         lease: impl FnOnce(&Ask) -> Result<Lease, E>,
     ) -> Result<u64, E> {
+        // Bounded whatever the calls: past the cap every lease is forgotten
+        // (the next IDs come from new ones), not only when one is taken.
+        if self.used.len() >= TRACKED_CAP {
+            self.pieces.clear();
+            self.used.clear();
+        }
         let found = self
             .pieces
             .range(..=tick)

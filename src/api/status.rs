@@ -37,6 +37,9 @@ fn problem(shm: &Shmem, now: i64) -> Option<String> {
     if let Some(w) = claims::warning(shm) {
         return Some(w);
     }
+    if shm.backfill.damaged() {
+        return Some(crate::mark::leases::damaged().message);
+    }
     shm.reserver_pid.get().is_none().then(|| {
         "the reserver (snowflake_id reserver) is not running; IDs are still issued, each caller that needs the durable mark moved writes it".to_string()
     })
@@ -144,6 +147,11 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         ("mark_writes_by_callers", n(&c.caller_writes)),
         ("standby_waits", n(&c.standby_waits)),
         ("standby_wait_time", us(&c.standby_wait_us)),
+        (
+            "backfill_worker_id",
+            settings::backfill_worker_id().map(|w| pg_sys::Datum::from(w as i32)),
+        ),
+        ("backfill_leases", n(&shm.backfill.leases)),
         ("layout_ends", layout.and_then(|l| ts(l.end_ms()))),
         (
             "time_left",

@@ -100,8 +100,9 @@ pub fn attempt(
     }
 }
 
-/// Transactions and subtransactions of this process that aborted since
-/// [`count_aborts`] was first called.
+/// Transactions and subtransactions of this process that aborted (or were
+/// prepared for two-phase commit, whose outcome this session will not
+/// see) since [`count_aborts`] was first called.
 static ABORTS: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(0));
 static COUNTING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 
@@ -128,6 +129,7 @@ unsafe extern "C-unwind" fn xact_ended(
 ) {
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PREPARE
     {
         ABORTS.0.set(ABORTS.0.get() + 1);
     }

@@ -27,6 +27,8 @@ CREATE FUNCTION snowflake_status(
     OUT mark_writes_by_callers bigint,
     OUT standby_waits bigint,
     OUT standby_wait_time interval,
+    OUT backfill_worker_id integer,
+    OUT backfill_leases bigint,
     OUT layout_ends timestamptz,
     OUT time_left interval,
     OUT reserver_pid integer,

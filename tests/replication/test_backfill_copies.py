@@ -1,0 +1,131 @@
+"""IDs for past times on copies of a server's data: a standby promoted after
+backfills on its primary, and a restored base backup, each with its clock an
+hour behind, backfill the very times the original did and repeat none of its
+IDs. (Dumps, logical copies and pg_upgrade: tests/copies.py, run by
+tests/replication/test_copies.py and tests/packaging/test_pg_upgrade.py.)"""
+
+import random
+import threading
+import time
+
+import psycopg2
+from harness import Server, servers
+
+BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
+HIST = "CREATE TABLE hist (id bigint PRIMARY KEY, at timestamptz NOT NULL)"
+# The times every server here backfills: 100 s of 2025, a row every 2 ms.
+TIMES = "SELECT timestamptz '2025-02-01' + g * interval '2 ms' AS t FROM generate_series({lo}, {hi}) g"
+SPAN = 50_000
+
+
+class Backfills:
+    """Sessions backfilling random stretches of TIMES for a while: rows
+    (each statement commits) and bare arrays. Every ID received is kept."""
+
+    def __init__(self, srv, seconds, sessions=2):
+        self.srv = srv
+        self.deadline = time.time() + seconds
+        self.ids, self.errors = [], []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, args=(k,)) for k in range(sessions)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, k):
+        rnd = random.Random(k)
+        try:
+            conn = self.srv.connect()
+        except psycopg2.Error as e:
+            self.errors.append(str(e))
+            return
+        cur = conn.cursor()
+        while time.time() < self.deadline:
+            lo = rnd.randint(1, SPAN - 2000)
+            try:
+                if rnd.random() < 0.7:
+                    cur.execute(f"INSERT INTO hist SELECT snowflake_nextval_at(t), t FROM"
+                                f" ({TIMES.format(lo=lo, hi=lo + 2000)}) v ON CONFLICT DO NOTHING RETURNING id")
+                else:
+                    cur.execute("SELECT unnest(snowflake_nextval_at_array("
+                                "timestamptz '2025-02-01' + %s * interval '2 ms', 50))", (lo,))
+                got = [r[0] for r in cur.fetchall()]
+            except psycopg2.Error as e:
+                if e.pgcode is None or conn.closed:
+                    return  # the server went away: IDs not received were not handed out
+                self.errors.append(f"{e.pgcode}: {e.pgerror}")
+                return
+            with self.lock:
+                self.ids.extend(got)
+
+    def join(self):
+        for t in self.threads:
+            t.join()
+        return self.ids
+
+
+def primary(made, name):
+    p = Server(name, conf=BACKFILL)
+    made.append(p)
+    p.start()
+    p.sql("CREATE EXTENSION snowflake_id")
+    p.sql(HIST)
+    return p
+
+
+def backfill_everything(s):
+    """The copy backfills every time of TIMES, each once, and bare arrays:
+    every ID it hands out."""
+    ids = [r[0] for r in s.sql(f"SELECT snowflake_nextval_at(t) FROM ({TIMES.format(lo=1, hi=SPAN)}) v")]
+    for lo in range(1, SPAN, 2500):
+        ids += s.one(f"SELECT snowflake_nextval_at_array(timestamptz '2025-02-01' + {lo} * interval '2 ms', 50)")
+    assert len(ids) == len(set(ids))
+    return ids
+
+
+def test_a_standby_promoted_after_backfills_on_its_primary_repeats_none():
+    with servers() as made:
+        p = primary(made, "bfr-primary")
+        first = Backfills(p, seconds=2).join()
+        s = Server("bfr-standby", copy_of=p, standby=True, faketime=True)
+        made.append(s)
+        s.set_clock(-3600)
+        s.start()
+        p.wait_for("SELECT count(*) = 1 FROM pg_stat_replication WHERE state = 'streaming'")
+        load = Backfills(p, seconds=2.5)
+        time.sleep(1.5)
+        # The primary goes away mid-load.
+        p.stop("immediate")
+        later = load.join()
+        assert first and later and not load.errors, load.errors[:3]
+        code, _, _ = s.error("SELECT snowflake_nextval_at('2025-02-01')")
+        assert code == "25006"
+        s.promote()
+        s.wait_for("SELECT NOT pg_is_in_recovery()")
+        replayed = [r[0] for r in s.sql("SELECT id FROM hist")]
+        new = backfill_everything(s)
+        # Every row the standby replayed, and every ID handed out before it
+        # started streaming; later bare IDs that never reached it are counted.
+        assert not set(new) & set(replayed), "an ID of a replayed row was issued again"
+        assert not set(new) & set(first), "an ID handed out before the standby existed was issued again"
+        print(f"replayed {len(replayed)} rows; after the primary's last stream:"
+              f" {len(set(new) & set(later))} of {len(later)} repeated")
+
+
+def test_a_restored_base_backup_repeats_none():
+    with servers() as made:
+        p = primary(made, "bfr-bb")
+        before = Backfills(p, seconds=2).join()
+        load = Backfills(p, seconds=3)
+        time.sleep(0.5)
+        b = Server("bfr-bb-copy", copy_of=p, faketime=True)  # pg_basebackup while it backfills
+        made.append(b)
+        after = load.join()
+        p.stop("immediate")
+        b.set_clock(-3600)
+        b.start()
+        replayed = [r[0] for r in b.sql("SELECT id FROM hist")]
+        assert replayed
+        new = backfill_everything(b)
+        assert not set(new) & set(replayed), "an ID of a replayed row was issued again"
+        assert not set(new) & set(before), "an ID handed out before the backup was issued again"
+        print(f"replayed {len(replayed)} rows; after the backup: {len(set(new) & set(after))} of {len(after)} repeated")
