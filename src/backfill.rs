@@ -109,6 +109,9 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     if shm.backfill.damaged() {
         return Err(leases::damaged());
     }
+    if let Some(f) = shm.backfill.claimed_by_another.failure() {
+        return Err(f);
+    }
     let layout = cfg.layout;
     let tick = tick_of(&layout, unix_us)?;
     let policy = settings::policy(&layout)?;

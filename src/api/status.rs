@@ -40,6 +40,9 @@ fn problem(shm: &Shmem, now: i64) -> Option<String> {
     if shm.backfill.damaged() {
         return Some(crate::mark::leases::damaged().message);
     }
+    if let Some(f) = shm.backfill.claimed_by_another.failure() {
+        return Some(f.message);
+    }
     shm.reserver_pid.get().is_none().then(|| {
         "the reserver (snowflake_id reserver) is not running; IDs are still issued, each caller that needs the durable mark moved writes it".to_string()
     })

@@ -1,10 +1,12 @@
 //! The depth map of backfilled IDs (see `snowflake_id_core::backfill`),
 //! under a lock of its own: a lease is made durable (a file's fsync, a WAL
 //! flush) while it is held, and live IDs must never wait for that.
-//! Written by `backfill` alone.
+//! Written by `backfill` alone, but for another server's claim on the
+//! backfill worker id, which the claims worker publishes.
 
 use crate::pg::lock::SharedLock;
 use snowflake_id_core::backfill::Depths;
+use snowflake_id_core::shared_text::SharedText;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -17,6 +19,10 @@ pub struct BackfillState {
     damaged: AtomicBool,
     /// Leases made durable since start.
     pub leases: AtomicU64,
+    /// Another live server's claim on the backfill worker id, as the
+    /// claims worker found it (empty: none): backfills are refused while
+    /// it stands. Written by the claims worker alone.
+    pub claimed_by_another: SharedText,
 }
 
 // SAFETY: `depths` is only touched under `lock` (`with_map`).
@@ -32,6 +38,7 @@ impl BackfillState {
             depths: UnsafeCell::new(Depths::default()),
             damaged: AtomicBool::new(false),
             leases: AtomicU64::new(0),
+            claimed_by_another: SharedText::new(),
         }
     }
 

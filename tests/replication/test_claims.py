@@ -126,6 +126,43 @@ def test_the_same_worker_id_is_found_and_the_later_claimant_refuses():
         assert "issuing IDs again" in b.log_text()
 
 
+def test_a_backfill_worker_id_is_claimed_and_checked_as_live_ones_are():
+    """Backfill worker ids (snowflake_nextval_at) are claimed beside the
+    live ones: two servers with one backfill worker id refuse backfills
+    (their live IDs go on), and a server whose live worker id is another's
+    backfill worker id is found as a live collision is."""
+    with servers() as made:
+        a = writer(made, "claims-bf-a", 5, conf={"snowflake_id.backfill_worker_id": 1000})
+        wait_claims(a, 2, "a did not claim its worker id and its backfill worker id")
+        assert a.sql("SELECT worker_id FROM snowflake_id.snowflake_claims ORDER BY 1") == [(5,), (1000,)]
+        b = writer(made, "claims-bf-b", 6, conf={"snowflake_id.backfill_worker_id": 1000})
+        wait_claims(b, 2, "b did not claim its worker id and its backfill worker id")
+        claims_mesh(a, b)
+        for me, other in ((a, b), (b, a)):
+            wait_problem(me, f'the backfill worker id 1000 is also claimed by the live server "{other.name}"')
+            code, message, hint = me.error("SELECT snowflake_nextval_at('2025-02-01')")
+            assert code == "55000" and "backfills are refused" in message, message
+            assert "snowflake_id.backfill_worker_id" in hint, hint
+            assert me.one("SELECT snowflake_nextval()") > 0
+        # b takes another: both backfill again, their IDs apart.
+        b.sql("ALTER SYSTEM SET snowflake_id.backfill_worker_id = 999")
+        b.reload_and_wait()
+        for s in (a, b):
+            wait_problem(s, None)
+        ids = [s.one("SELECT snowflake_nextval_at('2025-02-01')") for s in (a, b)]
+        assert ids[0] != ids[1]
+        assert "no other live server claims this server's backfill worker id any more" in a.log_text()
+        # A live worker id that is another server's backfill worker id.
+        b.sql("ALTER SYSTEM RESET snowflake_id.backfill_worker_id")
+        b.stop()
+        b.set_conf(**{"snowflake_id.worker_id": 1000})
+        b.start()
+        wait_problem(b, 'worker id 1000 is also claimed by the live server "claims-bf-a"')
+        code, _, _ = b.error("SELECT snowflake_nextval()")
+        assert code == "55000"
+        wait_problem(a, 'the backfill worker id 1000 is also claimed by the live server "claims-bf-b"')
+
+
 def test_repeats_while_the_claims_have_not_met_yet_are_counted():
     """Both writers issue under one worker id before their claims meet: the
     repeats are counted here (and printed), then the claims meet mid-load and

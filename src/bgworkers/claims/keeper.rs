@@ -28,6 +28,14 @@ const REMIND_EVERY_MS: i64 = 60_000;
 /// worker bits can hold, so it collides with no one.
 const NO_WORKER_ID: u32 = u32::MAX;
 
+/// The backfill worker id this server claims beside its live one `live`:
+/// set, fitting the layout, and not the live one (else the first backfill
+/// says what is wrong, and nothing is claimed).
+fn backfill_worker_id(live: u32) -> Option<u32> {
+    let max = settings::config().ok()?.layout.max_worker();
+    settings::backfill_worker_id().filter(|&b| b != live && u64::from(b) <= max)
+}
+
 /// This server's claimant identity and name.
 /// The worker id this server claims: the one it issues with, or, before
 /// that is settled, the one it will (on a Citus node, read here when this
@@ -173,8 +181,9 @@ impl Keeper {
         let claimed_at = self.memory.claimed_at(&who);
         let (mine, previous) = (who.clone(), self.previous);
         let claiming = claimed.is_some();
+        let backfill = claimed.and_then(backfill_worker_id);
         let read = match in_transaction(move || {
-            table::write_and_read(&mine, claiming, previous, claimed_at, &name)
+            table::write_and_read(&mine, claiming, backfill, previous, claimed_at, &name)
         }) {
             Ok(Ok(read)) => read,
             Ok(Err(f)) | Err(f) if f.class == Class::LockNotAvailable => {
@@ -263,6 +272,7 @@ impl Keeper {
             .find(|c| c.who == who)
             .unwrap_or(&onlooker);
         let findings = self.observer.judge(mine, &read.claims, now);
+        self.judge_backfill(shm, &who, backfill, &read.claims, now);
         // On a Citus worker, where the coordinator's metadata puts it. A
         // coordinator out of reach changes nothing: a refusal stands, over
         // restarts too (a removed node is often cut off from its old
@@ -295,6 +305,56 @@ impl Keeper {
         // worker id is now this server's to issue with, or refused above.
         if let Some(w) = claimed {
             worker_id::settle_judged(shm, w);
+        }
+    }
+
+    /// Judges the claims on the backfill worker id (`backfill`, claimed
+    /// beside the live one): another live server's refuses backfills here
+    /// (published for `backfill`), whichever claimed first, since nothing
+    /// orders two servers' backfills; said in the log when it changes.
+    fn judge_backfill(
+        &mut self,
+        shm: &Shmem,
+        who: &Claimant,
+        backfill: Option<u32>,
+        claims: &[Claim],
+        now: i64,
+    ) {
+        let found = backfill.and_then(|b| {
+            let me = Claim {
+                who: Claimant { worker_id: b, ..who.clone() },
+                name: String::new(),
+                claimed_at_ms: now,
+                last_seen_ms: now,
+            };
+            let mine = claims.iter().find(|c| c.who == me.who).unwrap_or(&me);
+            self.observer
+                .judge(mine, claims, now)
+                .into_iter()
+                .find_map(|f| match f {
+                    Finding::Refuse(c) | Finding::Warn(c) => Some(c),
+                    Finding::Between(..) => None,
+                })
+                .map(|c| {
+                    Failure::new(
+                        Class::NotReady,
+                        format!(
+                            "backfills are refused: the backfill worker id {b} is also claimed by the live server \"{}\" (system identifier {})",
+                            claims::shown(&c.name),
+                            c.who.system_identifier
+                        ),
+                    )
+                    .detail("Backfilled IDs of two servers under one worker id can be equal.")
+                    .hint("Give this server's snowflake_id.backfill_worker_id a worker id no server uses, and reload.")
+                })
+        });
+        let text = found.as_ref().map(Failure::to_text).unwrap_or_default();
+        if shm.backfill.claimed_by_another.get().unwrap_or_default() != text {
+            match &found {
+                Some(f) => error::log(f.clone(), PgLogLevel::WARNING),
+                None => log!("snowflake_id: no other live server claims this server's backfill worker id any more"),
+            }
+            shm.backfill.claimed_by_another.set(&text);
         }
     }
 

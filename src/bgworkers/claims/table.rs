@@ -61,6 +61,7 @@ pub(super) struct Read {
 pub(super) fn write_and_read(
     who: &Claimant,
     claiming: bool,
+    backfill: Option<u32>,
     previous: Option<u64>,
     claimed_at: Option<i64>,
     name: &str,
@@ -94,7 +95,25 @@ pub(super) fn write_and_read(
         );
     }
     let claimed_at_ms = if claiming {
-        Some(claim(&table, who, name, claimed_at))
+        // The backfill worker id first: the live claim's statement drops
+        // this server's rows on every other id.
+        if let Some(b) = backfill {
+            claim(
+                &table,
+                &Claimant {
+                    worker_id: b,
+                    ..who.clone()
+                },
+                name,
+                None,
+                None,
+            );
+        }
+        let keep: Vec<i32> = std::iter::once(who.worker_id)
+            .chain(backfill)
+            .map(|w| w as i32)
+            .collect();
+        Some(claim(&table, who, name, claimed_at, Some(&keep)))
     } else {
         None
     };
@@ -106,9 +125,15 @@ pub(super) fn write_and_read(
     })
 }
 
-/// Writes this server's claim afresh, drops its claims on other worker
-/// ids, and says when the claim was made.
-fn claim(table: &str, who: &Claimant, name: &str, claimed_at: Option<i64>) -> i64 {
+/// Writes this server's claim afresh and says when the claim was made;
+/// with `keep`, also drops its claims on any worker id not in it.
+fn claim(
+    table: &str,
+    who: &Claimant,
+    name: &str,
+    claimed_at: Option<i64>,
+    keep: Option<&[i32]>,
+) -> i64 {
     let (worker, sysid, tli, instance) = (
         who.worker_id as i32,
         who.system_identifier as i64,
@@ -151,14 +176,16 @@ fn claim(table: &str, who: &Claimant, name: &str, claimed_at: Option<i64>) -> i6
         &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into()],
     );
     // A worker id this server had earlier in this run is claimed no more.
-    spi::run(
-        &format!(
-            "DELETE FROM {table} \
-             WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND timeline OPERATOR(pg_catalog.=) $2 \
-               AND instance OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.<>) $4"
-        ),
-        &[sysid.into(), tli.into(), instance.into(), worker.into()],
-    );
+    if let Some(kept) = keep {
+        spi::run(
+            &format!(
+                "DELETE FROM {table} \
+                 WHERE system_identifier OPERATOR(pg_catalog.=) $1 AND timeline OPERATOR(pg_catalog.=) $2 \
+                   AND instance OPERATOR(pg_catalog.=) $3 AND worker_id OPERATOR(pg_catalog.<>) ALL ($4)"
+            ),
+            &[sysid.into(), tli.into(), instance.into(), kept.to_vec().into()],
+        );
+    }
     at.map_or_else(now_ms, |s| (s * 1000.0).floor() as i64)
 }
 
