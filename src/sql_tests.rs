@@ -312,6 +312,9 @@ mod tests {
                 "snowflake_layouts() i1s",
                 "snowflake_nextval() v1s",
                 "snowflake_nextval_array(integer) v1s",
+                // Each lease is noted in the record of floors: a write.
+                "snowflake_nextval_at(timestamp with time zone) v1u",
+                "snowflake_nextval_at_array(timestamp with time zone,integer) v1u",
                 "snowflake_nextval_batch(integer) v1s",
                 "snowflake_resume_above() v1u",
                 "snowflake_resume_above(bigint) v1u",
