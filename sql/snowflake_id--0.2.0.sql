@@ -423,64 +423,7 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:69
--- requires:
---   snowflake_claims
-
--- The servers whose IDs this database may hold: a row for the server that
--- created the extension here, and one for every floor a server made after
--- the data came from another cluster, naming the servers it covered (see
--- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
--- carries the table, pg_dump its rows (marked below), a publication of all
--- tables its rows. A server that finds a row of another server none of its
--- own rows covers reads the largest ID of every column whose default calls
--- a generating function before it issues one in this database.
--- Readable by every role, as pg_dump needs (a database's owner dumps its
--- rows with the data); a role may add rows (pg_restore by a database's
--- owner writes them), but only the extension's own rows, written as the
--- bootstrap superuser, say what a floor covered: the guard below strips
--- that from anyone else's, so a row can ask for a floor, never spare one.
-CREATE TABLE snowflake_id.snowflake_floors (
-    system_identifier bigint NOT NULL,
-    covers bigint[] NOT NULL DEFAULT '{}',
-    subscriptions_lsn pg_catalog.pg_lsn,
-    floor bigint,
-    -- A backfill lease (snowflake_nextval_at), written in the transaction
-    -- that took it: the ticks it covers and the depth it raised them to,
-    -- {first tick, last tick, depth}. Kept whoever writes it: it only ever
-    -- asks a server flooring a copy to skip numbers at past times, and a
-    -- restore by a database's owner must carry it.
-    backfilled bigint[],
-    at timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
-REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;
-GRANT USAGE ON SCHEMA snowflake_id TO PUBLIC;
-GRANT SELECT, INSERT ON snowflake_id.snowflake_floors TO PUBLIC;
-CREATE FUNCTION snowflake_id.snowflake_floors_guard() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $guard$
-BEGIN
-    -- current_user, not is_superuser: the extension writes as the bootstrap
-    -- superuser inside an application's session.
-    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
-        NEW.covers := '{}';
-        NEW.subscriptions_lsn := NULL;
-        NEW.floor := NULL;
-    END IF;
-    RETURN NEW;
-END
-$guard$;
-REVOKE ALL ON FUNCTION snowflake_id.snowflake_floors_guard() FROM PUBLIC;
-CREATE TRIGGER snowflake_floors_guard BEFORE INSERT ON snowflake_id.snowflake_floors
-    FOR EACH ROW EXECUTE FUNCTION snowflake_id.snowflake_floors_guard();
--- Rows that replication applies too.
-ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard;
-INSERT INTO snowflake_id.snowflake_floors (system_identifier)
-    SELECT system_identifier FROM pg_catalog.pg_control_system();
-SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/status.rs:175
+-- src/api/status.rs:178
 -- requires:
 --   snowflake_claims
 
@@ -527,7 +470,44 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:182
+-- src/api/admin.rs:75
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+--   backfill::snowflake_nextval_at
+--   backfill::snowflake_nextval_at_array
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/status.rs:185
 -- requires:
 --   snowflake_status
 
@@ -750,39 +730,67 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:75
+-- src/api/admin.rs:69
 -- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
---   backfill::snowflake_nextval_at
---   backfill::snowflake_nextval_at_array
+--   snowflake_claims
 
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- IDs for past times: for the roles an operator grants them to. Each lease
--- costs a durable write and a row in the database's record, and numbers at
--- a past time, once handed out, are gone for good: a role that may call
--- them at will could use up what an import needs.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+-- The servers whose IDs this database may hold: a row for the server that
+-- created the extension here, and one for every floor a server made after
+-- the data came from another cluster, naming the servers it covered (see
+-- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
+-- carries the table, pg_dump its rows (marked below), a publication of all
+-- tables its rows. A server that finds a row of another server none of its
+-- own rows covers reads the largest ID of every column whose default calls
+-- a generating function before it issues one in this database.
+-- Readable by every role, as pg_dump needs (a database's owner dumps its
+-- rows with the data); a role may add rows (pg_restore by a database's
+-- owner writes them), but only the extension's own rows, written as the
+-- bootstrap superuser, say what a floor covered: the guard below strips
+-- that from anyone else's, so a row can ask for a floor, never spare one.
+CREATE TABLE snowflake_id.snowflake_floors (
+    system_identifier bigint NOT NULL,
+    covers bigint[] NOT NULL DEFAULT '{}',
+    subscriptions_lsn pg_catalog.pg_lsn,
+    floor bigint,
+    -- A backfill lease (snowflake_nextval_at), written in the transaction
+    -- that took it: the ticks it covers and the depth it raised them to,
+    -- {first tick, last tick, depth}. A server flooring a copy raises its
+    -- backfill map over them, server-wide: only the extension's own rows
+    -- and a superuser's keep it (the guard), or any role could use up every
+    -- past time's numbers with one row.
+    backfilled bigint[],
+    at timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON snowflake_id.snowflake_floors FROM PUBLIC;
+GRANT USAGE ON SCHEMA snowflake_id TO PUBLIC;
+GRANT SELECT, INSERT ON snowflake_id.snowflake_floors TO PUBLIC;
+CREATE FUNCTION snowflake_id.snowflake_floors_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $guard$
+BEGIN
+    -- current_user, not is_superuser: the extension writes as the bootstrap
+    -- superuser inside an application's session.
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+        NEW.covers := '{}';
+        NEW.subscriptions_lsn := NULL;
+        NEW.floor := NULL;
+        IF NEW.backfilled IS NOT NULL THEN
+            NEW.backfilled := NULL;
+            RAISE WARNING USING
+                MESSAGE = 'snowflake_id: a backfill lease in the record of floors was not kept: only a superuser may restore them',
+                DETAIL = 'This database''s copy does not know which numbers its original handed out at past times.',
+                HINT = 'Restore the dump as a superuser, or give the server that backfills here a snowflake_id.backfill_worker_id no server used.';
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$guard$;
+REVOKE ALL ON FUNCTION snowflake_id.snowflake_floors_guard() FROM PUBLIC;
+CREATE TRIGGER snowflake_floors_guard BEFORE INSERT ON snowflake_id.snowflake_floors
+    FOR EACH ROW EXECUTE FUNCTION snowflake_id.snowflake_floors_guard();
+-- Rows that replication applies too.
+ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard;
+INSERT INTO snowflake_id.snowflake_floors (system_identifier)
+    SELECT system_identifier FROM pg_catalog.pg_control_system();
+SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 /* </end connected objects> */
 

@@ -161,7 +161,7 @@ fn take(shm: &Shmem, cfg: &Config, tick: u64, n: u64, max_wait_ms: u64) -> Resul
 
 /// The backfill worker id, checked against the layout and the live one.
 fn backfill_worker(cfg: &Config, live: u32) -> Result<u32, Failure> {
-    let Some(w) = settings::backfill_worker_id() else {
+    let Some(w) = settings::backfill_worker_id()? else {
         return Err(Failure::new(
             Class::NotReady,
             "snowflake_nextval_at needs a backfill worker id, and snowflake_id.backfill_worker_id is not set",
@@ -202,7 +202,7 @@ fn backfill_worker(cfg: &Config, live: u32) -> Result<u32, Failure> {
 /// The tick of the instant `unix_us`, or why the layout has none.
 #[inline]
 fn tick_of(layout: &Layout, unix_us: i128) -> Result<u64, Failure> {
-    let since_us = unix_us - i128::from(layout.epoch_ms()) * 1000;
+    let since_us = unix_us.saturating_sub(i128::from(layout.epoch_ms()) * 1000);
     let tick = since_us.div_euclid(i128::from(layout.unit_ms()) * 1000);
     if tick < 0 || tick > i128::from(layout.last_tick()) {
         // The layout's own words for it (before the epoch, past the end,

@@ -300,7 +300,7 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         }
         let mut rows = Vec::new();
         for row in client.select(
-            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor, backfilled
+            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor
              FROM snowflake_id.snowflake_floors",
             None,
             &[],
@@ -310,7 +310,6 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
                 covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
                 subscriptions_lsn: row.get::<String>(3)?.as_deref().and_then(parse_lsn),
                 floor: row.get::<i64>(4)?,
-                backfilled: row.get::<Vec<i64>>(5)?.unwrap_or_default(),
             });
         }
         Ok((rows, lsn))
@@ -411,7 +410,7 @@ pub fn floor_if_copied(
             None => "no column holds an ID".to_string(),
         };
         // What backfills leased at past times, wherever the data was made.
-        let backfilled = mark::leases::raise_copied(shm, &copies::backfilled(&rows))?;
+        let backfilled = mark::leases::raise_copied(shm, &read_leases())?;
         let said = match backfilled {
             0 => said,
             n => format!("{said}; {n} backfill lease(s) of the record raised this server's"),
@@ -475,20 +474,30 @@ pub fn recorded_leases() -> Result<Vec<Raise>, Failure> {
     }
     Ok(role::acting_as(
         pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID),
-        || {
-            spi::ok(Spi::connect(|client| {
-                let mut out = Vec::new();
-                for row in client.select(
-                "SELECT backfilled FROM snowflake_id.snowflake_floors WHERE backfilled IS NOT NULL",
-                None,
-                &[],
-            )? {
-                out.extend(Raise::from_row(&row.get::<Vec<i64>>(1)?.unwrap_or_default()));
-            }
-                Ok::<_, pgrx::spi::SpiError>(out)
-            }))
-        },
+        read_leases,
     ))
+}
+
+/// The leases of the record's rows: three numbers each, as the extension
+/// writes them (only its own rows and a superuser's keep the column, see
+/// floors.sql); any other shape is passed over, never raised on.
+fn read_leases() -> Vec<Raise> {
+    spi::ok(Spi::connect(|client| {
+        let mut out = Vec::new();
+        for row in client.select(
+            "SELECT backfilled[1], backfilled[2], backfilled[3] FROM snowflake_id.snowflake_floors \
+             WHERE pg_catalog.cardinality(backfilled) OPERATOR(pg_catalog.=) 3",
+            None,
+            &[],
+        )? {
+            if let (Some(lo), Some(hi), Some(depth)) =
+                (row.get::<i64>(1)?, row.get::<i64>(2)?, row.get::<i64>(3)?)
+            {
+                out.extend(Raise::from_row(&[lo, hi, depth]));
+            }
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    }))
 }
 
 /// Notes in this database's record a floor `snowflake_resume_above(id)`

@@ -507,10 +507,34 @@ fn string_setting(s: &GucSetting<Option<CString>>) -> String {
         .unwrap_or_default()
 }
 
-/// The worker id of IDs for past times, if one is set.
-pub fn backfill_worker_id() -> Option<u32> {
-    u32::try_from(BACKFILL_WORKER_ID.get()).ok()
+/// The worker id of IDs for past times, if one is set, as the
+/// configuration files say it: checked again after every reload, so that a
+/// value Postgres rejected (and replaced by the one before, or by none) is
+/// an error naming it, never the other value.
+pub fn backfill_worker_id() -> Result<Option<u32>, Failure> {
+    let stamp = reload_stamp();
+    if let Some((at, checked)) = BACKFILL_CHECKED.0.borrow().as_ref() {
+        if *at == stamp {
+            return checked.clone();
+        }
+    }
+    let value = BACKFILL_WORKER_ID.get();
+    let checked = match guc::configured_in_files(c"snowflake_id.backfill_worker_id") {
+        Some(text) if guc::parse_int(&text, 0).ok() != Some(value) || value < -1 => Err(Failure::new(
+            Class::InvalidParameter,
+            format!("snowflake_id.backfill_worker_id = '{text}' in the configuration is invalid: it must be a worker id, or -1 for none"),
+        )
+        .hint("Correct it in postgresql.conf (or ALTER SYSTEM SET snowflake_id.backfill_worker_id = ...) and reload: SELECT pg_reload_conf();")),
+        _ => Ok(u32::try_from(value).ok()),
+    };
+    *BACKFILL_CHECKED.0.borrow_mut() = Some((stamp, checked.clone()));
+    checked
 }
+
+/// The backfill worker id as checked, and the reload it was read after.
+type BackfillChecked = (pg_sys::TimestampTz, Result<Option<u32>, Failure>);
+static BACKFILL_CHECKED: ProcessLocal<RefCell<Option<BackfillChecked>>> =
+    ProcessLocal(RefCell::new(None));
 
 /// The WAL resource manager id marks are logged under.
 pub fn wal_rmgr_id() -> u8 {

@@ -192,8 +192,9 @@ pub struct Shape {
 /// room for 256 such passes over the same hours before blocks shrink.
 const START_SPAN_MS: u64 = 4 * 3_600_000;
 const START_WIDTH: u64 = 16;
-/// How far [`Depths::lease`] shrinks a block too deep for the window
-/// asked, and how far a lease moved past while sparse grows the next.
+/// How far a block shrinks (in [`Depths::lease`], too deep for the window
+/// asked; after a tick ran out), and how far a lease moved past while
+/// sparse grows the next.
 const SHRINK_LOG2: u32 = 4;
 const GROW_LOG2: u32 = 2;
 /// The longest block: about 35 years of milliseconds.
@@ -212,11 +213,14 @@ impl Shape {
 
     /// The next shape after a lease of this one ran out at a tick: a window
     /// twice as wide, up to a quarter of a tick's numbers (sessions sharing
-    /// a tick each leave their window's rest unused). Doubling, not more:
-    /// what one lease leaves unused is at most what was used before it.
+    /// a tick each leave their window's rest unused), over a block a
+    /// sixteenth as long: rows crowding one tick say little of the ticks
+    /// hours later, which a long block would raise with every widening.
+    /// Doubling, not more: what one lease leaves unused is at most what was
+    /// used before it.
     fn denser(self, ids_per_tick: u64) -> Shape {
         Shape {
-            block_log2: self.block_log2,
+            block_log2: self.block_log2.saturating_sub(SHRINK_LOG2),
             width: (self.width << 1).min((ids_per_tick / 4).max(self.width)),
         }
     }
@@ -292,9 +296,17 @@ impl Depths {
     fn set(&mut self, mut v: Vec<(u64, u64)>) {
         v.dedup_by(|b, a| a.1 == b.1);
         while v.len() > MAP_CAP {
-            let i = (0..v.len() - 1)
-                .min_by_key(|&i| v[i].1.abs_diff(v[i + 1].1))
-                .unwrap_or(0);
+            // The pair whose merge raises the fewest numbers: the shallower
+            // one's ticks times the difference (the last runs to the end).
+            let len = |i: usize| match v.get(i + 1) {
+                Some(next) => u128::from(next.0 - v[i].0),
+                None => u128::from(u64::MAX - v[i].0) + 1,
+            };
+            let cost = |i: usize| {
+                let lower = if v[i].1 < v[i + 1].1 { i } else { i + 1 };
+                len(lower) * u128::from(v[i].1.abs_diff(v[i + 1].1))
+            };
+            let i = (0..v.len() - 1).min_by_key(|&i| cost(i)).unwrap_or(0);
             v[i].1 = v[i].1.max(v[i + 1].1);
             v.remove(i + 1);
             v.dedup_by(|b, a| a.1 == b.1);
@@ -356,6 +368,17 @@ impl Depths {
             out.extend(v.iter().copied().filter(|&(s, _)| s >= after));
         }
         self.set(out);
+    }
+
+    /// The map as raises, one per interval, each to its depth.
+    pub fn runs(&self) -> impl Iterator<Item = Raise> + '_ {
+        let v = self.intervals();
+        let n = v.len();
+        (0..n).map(move |i| Raise {
+            lo: v[i].0,
+            hi: if i + 1 < n { v[i + 1].0 - 1 } else { u64::MAX },
+            depth: v[i].1,
+        })
     }
 
     /// Raises every tick to at least `depth`.

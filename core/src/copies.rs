@@ -26,18 +26,6 @@ pub struct FloorRow {
     pub subscriptions_lsn: Option<u64>,
     /// The highest ID the floor found.
     pub floor: Option<i64>,
-    /// What a backfill lease raised the backfill map to, in threes (see
-    /// [`crate::backfill::Raise::from_row`]): a copy of the data carries
-    /// what was handed out at past times.
-    pub backfilled: Vec<i64>,
-}
-
-/// What the rows' backfill leases raised the map to: a server flooring a
-/// copy raises its own map over all of them.
-pub fn backfilled(rows: &[FloorRow]) -> Vec<crate::backfill::Raise> {
-    rows.iter()
-        .flat_map(|r| crate::backfill::Raise::from_row(&r.backfilled))
-        .collect()
 }
 
 /// Why a database must be floored before this server issues in it.
@@ -180,7 +168,6 @@ mod tests {
             covers: covers.to_vec(),
             subscriptions_lsn: lsn,
             floor: None,
-            backfilled: Vec::new(),
         }
     }
 

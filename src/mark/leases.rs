@@ -90,10 +90,20 @@ pub fn lease(
 
 /// Raises the map over what a copy of another server's data says its
 /// backfills leased (the rows of the database's record of floors), durably
-/// as a lease; returns how many raises changed the map.
+/// as a lease; returns how many raises changed the map. The raises are
+/// merged first, outside the lock (into at most the map's size): however
+/// many rows the record holds, the lock is held for one map's worth.
 pub fn raise_copied(shm: &Shmem, raises: &[Raise]) -> Result<usize, Failure> {
+    if raises.is_empty() {
+        return Ok(0);
+    }
+    let mut merged = Depths::default();
+    for r in raises {
+        merged.raise(r.lo, r.hi, r.depth);
+    }
+    let runs: Vec<Raise> = merged.runs().filter(|r| r.depth > 0).collect();
     shm.backfill.with_map(|map| {
-        let new: Vec<Raise> = raises
+        let new: Vec<Raise> = runs
             .iter()
             .filter(|r| map.min_over(r.lo, r.hi) < r.depth)
             .copied()

@@ -366,3 +366,66 @@ def test_the_guide_s_history_recipes_run_as_the_application():
         assert one("INSERT INTO readings (taken_at, value) VALUES (now(), 0) RETURNING tableoid::regclass::text") \
             == "readings_2026"
         assert one("SELECT rolsuper FROM pg_roles WHERE rolname = 'app'") is False
+
+
+def test_rows_planted_in_the_record_stop_no_id_and_use_up_nothing():
+    """A role with no grant writes what it likes into the record of floors
+    (INSERT is PUBLIC's, for a database owner's pg_restore): rows with NULLs,
+    with 20 million numbers, a lease over every tick at full depth, under
+    this server's system identifier and under another's (which makes the
+    next ID floor the database). Live IDs go on, quickly; backfills still
+    find their numbers."""
+    with server("bf-planted", conf=BACKFILL) as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        me = s.one("SELECT system_identifier FROM pg_control_system()")
+        with s.connect(user="evil") as conn, conn.cursor() as cur:
+            for sysid, value in ((me, "'{1,NULL,3}'"), (me, "array_fill(-1::bigint, ARRAY[20000000])"),
+                                 (me, "ARRAY[0, 9223372036854775807, 9223372036854775807]"),
+                                 (42, "ARRAY[0, 9223372036854775807, 4096]")):
+                cur.execute(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier, backfilled)"
+                            f" VALUES ({sysid}, {value})")
+            assert any("was not kept: only a superuser may restore them" in n for n in conn.notices)
+        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE backfilled IS NOT NULL") == 0
+        started = time.time()
+        assert s.one("SELECT snowflake_nextval() > 0", user="evil")
+        assert time.time() - started < 5, "a session's first ID read what was planted"
+        assert "was floored because" in s.log_text()
+        seq = s.one("SELECT (snowflake_decode(snowflake_nextval_at('2025-02-01'))).sequence")
+        assert seq < 64, seq
+
+
+def test_one_session_importing_crowded_ticks_in_time_order_gets_every_number_it_needs():
+    """Times truncated to the second in a millisecond layout: 1,500 rows a
+    tick, ten ticks, then 3,000 at one tick; in time order, one session."""
+    with server("bf-crowded", conf=BACKFILL) as s:
+        s.sql(HIST)
+        s.sql("INSERT INTO hist (id, at) SELECT snowflake_nextval_at(t), t FROM"
+              " (SELECT timestamptz '2025-03-01' + (i / 1500) * interval '1 s' AS t"
+              "  FROM generate_series(0, 14999) i) v ORDER BY t")
+        s.sql("INSERT INTO hist (id, at) SELECT snowflake_nextval_at(t), t FROM"
+              " (SELECT timestamptz '2025-03-01 00:00:20+00' AS t FROM generate_series(1, 3000)) v")
+        assert check_rows(s) == 18000
+        # An hour later is nearly as fresh as it was: the crowded ticks'
+        # widening windows did not reach it (they took it to 4,080 once).
+        assert s.one("SELECT (snowflake_decode(snowflake_nextval_at('2025-03-01 01:00:00+00'))).sequence") < 512
+
+
+def test_an_invalid_backfill_worker_id_in_the_configuration_is_an_error_naming_it():
+    with server("bf-setting", conf={"snowflake_id.backfill_worker_id": "'1023x'"}) as s:
+        code, msg, hint = s.error("SELECT snowflake_nextval_at('2025-02-01')")
+        assert code == "22023" and "snowflake_id.backfill_worker_id = '1023x'" in msg, msg
+        assert "pg_reload_conf()" in hint, hint
+        s.set_conf(**{"snowflake_id.backfill_worker_id": 1023})
+        s.reload_and_wait()
+        first = s.one("SELECT snowflake_nextval_at('2025-02-01')")
+        # A typo at a reload: Postgres keeps 1023; the extension refuses
+        # rather than backfill under a value nobody wrote now.
+        s.set_conf(**{"snowflake_id.backfill_worker_id": "'1022 typo'"})
+        s.reload_and_wait()
+        code, msg, _ = s.error("SELECT snowflake_nextval_at('2025-02-01')")
+        assert code == "22023" and "'1022 typo'" in msg, msg
+        s.set_conf(**{"snowflake_id.backfill_worker_id": 1022})
+        s.reload_and_wait()
+        again = s.one("SELECT snowflake_nextval_at('2025-02-01')")
+        assert s.sql("SELECT (snowflake_decode(%s)).worker_id, (snowflake_decode(%s)).worker_id",
+                     (first, again))[0] == (1023, 1022)

@@ -18,9 +18,10 @@ CREATE TABLE snowflake_id.snowflake_floors (
     floor bigint,
     -- A backfill lease (snowflake_nextval_at), written in the transaction
     -- that took it: the ticks it covers and the depth it raised them to,
-    -- {first tick, last tick, depth}. Kept whoever writes it: it only ever
-    -- asks a server flooring a copy to skip numbers at past times, and a
-    -- restore by a database's owner must carry it.
+    -- {first tick, last tick, depth}. A server flooring a copy raises its
+    -- backfill map over them, server-wide: only the extension's own rows
+    -- and a superuser's keep it (the guard), or any role could use up every
+    -- past time's numbers with one row.
     backfilled bigint[],
     at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
@@ -36,6 +37,13 @@ BEGIN
         NEW.covers := '{}';
         NEW.subscriptions_lsn := NULL;
         NEW.floor := NULL;
+        IF NEW.backfilled IS NOT NULL THEN
+            NEW.backfilled := NULL;
+            RAISE WARNING USING
+                MESSAGE = 'snowflake_id: a backfill lease in the record of floors was not kept: only a superuser may restore them',
+                DETAIL = 'This database''s copy does not know which numbers its original handed out at past times.',
+                HINT = 'Restore the dump as a superuser, or give the server that backfills here a snowflake_id.backfill_worker_id no server used.';
+        END IF;
     END IF;
     RETURN NEW;
 END

@@ -33,7 +33,10 @@ const NO_WORKER_ID: u32 = u32::MAX;
 /// says what is wrong, and nothing is claimed).
 fn backfill_worker_id(live: u32) -> Option<u32> {
     let max = settings::config().ok()?.layout.max_worker();
-    settings::backfill_worker_id().filter(|&b| b != live && u64::from(b) <= max)
+    settings::backfill_worker_id()
+        .ok()
+        .flatten()
+        .filter(|&b| b != live && u64::from(b) <= max)
 }
 
 /// This server's claimant identity and name.
