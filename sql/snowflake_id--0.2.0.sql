@@ -769,6 +769,20 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $guard$
 BEGIN
     -- current_user, not is_superuser: the extension writes as the bootstrap
     -- superuser inside an application's session.
+    IF TG_OP <> 'INSERT' THEN
+        -- Rows are only ever added: a role that may write every table
+        -- (pg_write_all_data) must not rewrite what a floor covered or a
+        -- backfill leased, nor remove it.
+        IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
+            RAISE EXCEPTION USING ERRCODE = '42501',
+                MESSAGE = pg_catalog.format('permission denied to %s snowflake_id.snowflake_floors: its rows are only ever added, by the extension or a restore', pg_catalog.lower(TG_OP)),
+                HINT = 'A superuser may change it; nothing else needs to.';
+        END IF;
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        RETURN NEW;
+    END IF;
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         NEW.covers := '{}';
         NEW.subscriptions_lsn := NULL;
@@ -785,10 +799,13 @@ BEGIN
 END
 $guard$;
 REVOKE ALL ON FUNCTION snowflake_id.snowflake_floors_guard() FROM PUBLIC;
-CREATE TRIGGER snowflake_floors_guard BEFORE INSERT ON snowflake_id.snowflake_floors
+CREATE TRIGGER snowflake_floors_guard BEFORE INSERT OR UPDATE OR DELETE ON snowflake_id.snowflake_floors
     FOR EACH ROW EXECUTE FUNCTION snowflake_id.snowflake_floors_guard();
+CREATE TRIGGER snowflake_floors_guard_truncate BEFORE TRUNCATE ON snowflake_id.snowflake_floors
+    FOR EACH STATEMENT EXECUTE FUNCTION snowflake_id.snowflake_floors_guard();
 -- Rows that replication applies too.
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard;
+ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard_truncate;
 INSERT INTO snowflake_id.snowflake_floors (system_identifier)
     SELECT system_identifier FROM pg_catalog.pg_control_system();
 SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');

@@ -109,6 +109,9 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     if shm.backfill.damaged() {
         return Err(leases::damaged());
     }
+    if settings::claims_kept() && shm.backfill.judged() != Some(worker) {
+        wait_for_judging(shm, worker)?;
+    }
     if let Some(f) = shm.backfill.claimed_by_another.failure() {
         return Err(f);
     }
@@ -211,6 +214,30 @@ fn tick_of(layout: &Layout, unix_us: i128) -> Result<u64, Failure> {
     }
     Ok(tick as u64)
 }
+
+/// Waits until the claims worker has judged the other servers' claims on
+/// the backfill worker id `worker` (its first refresh after a start, or
+/// after a reload set another): until then another live server may claim
+/// it unseen.
+fn wait_for_judging(shm: &Shmem, worker: u32) -> Result<(), Failure> {
+    let started = std::time::Instant::now();
+    while started.elapsed().as_millis() < u128::from(JUDGING_WAIT_MS) {
+        clock::sleep_on_latch(20);
+        pgrx::check_for_interrupts!();
+        if shm.backfill.judged() == Some(worker) {
+            return Ok(());
+        }
+    }
+    Err(Failure::new(
+        Class::NotReady,
+        format!("the claims worker has not yet read the other servers' claims on the backfill worker id {worker}"),
+    )
+    .hint("Try again in a moment; if this lasts, the status's problem says why the claims are not kept (SELECT problem FROM snowflake_id.snowflake_status)."))
+}
+
+/// How long a backfill waits for the claims on a new backfill worker id:
+/// three of the claims worker's refreshes.
+const JUDGING_WAIT_MS: u64 = 3 * snowflake_id_core::claims::REFRESH_MS;
 
 fn read_only() -> Failure {
     Failure::new(

@@ -301,7 +301,7 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         let mut rows = Vec::new();
         for row in client.select(
             "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor
-             FROM snowflake_id.snowflake_floors",
+             FROM snowflake_id.snowflake_floors WHERE backfilled IS NULL",
             None,
             &[],
         )? {

@@ -507,10 +507,10 @@ fn string_setting(s: &GucSetting<Option<CString>>) -> String {
         .unwrap_or_default()
 }
 
-/// The worker id of IDs for past times, if one is set, as the
-/// configuration files say it: checked again after every reload, so that a
-/// value Postgres rejected (and replaced by the one before, or by none) is
-/// an error naming it, never the other value.
+/// The worker id of IDs for past times, if one is set; checked against
+/// the configuration files after every reload, so that a text Postgres
+/// rejected (and replaced by the value before, or by none) is an error
+/// naming it, never the other value.
 pub fn backfill_worker_id() -> Result<Option<u32>, Failure> {
     let stamp = reload_stamp();
     if let Some((at, checked)) = BACKFILL_CHECKED.0.borrow().as_ref() {
@@ -520,7 +520,10 @@ pub fn backfill_worker_id() -> Result<Option<u32>, Failure> {
     }
     let value = BACKFILL_WORKER_ID.get();
     let checked = match guc::configured_in_files(c"snowflake_id.backfill_worker_id") {
-        Some(text) if guc::parse_int(&text, 0).ok() != Some(value) || value < -1 => Err(Failure::new(
+        // Invalid text, which Postgres replaced by the value before; a valid
+        // one not yet loaded (ALTER SYSTEM before the reload) or overridden
+        // on the command line is Postgres's to apply, as for any setting.
+        Some(text) if guc::parse_int(&text, 0).map_or(true, |n| n < -1) => Err(Failure::new(
             Class::InvalidParameter,
             format!("snowflake_id.backfill_worker_id = '{text}' in the configuration is invalid: it must be a worker id, or -1 for none"),
         )

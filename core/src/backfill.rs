@@ -93,7 +93,7 @@ impl Counts {
 }
 
 /// The most intervals the depth map keeps.
-pub const MAP_CAP: usize = 1024;
+pub const MAP_CAP: usize = 16_384;
 
 /// The state file's name inside the data directory.
 pub const FILE_NAME: &str = "snowflake_id.backfill";
@@ -697,11 +697,12 @@ mod tests {
     #[test]
     fn a_full_map_merges_into_the_higher_depth() {
         let mut d = Depths::default();
-        for i in 0..(MAP_CAP as u64 * 2) {
+        let n = MAP_CAP as u64 / 2 + 200;
+        for i in 0..n {
             d.raise(i * 10, i * 10 + 4, 1 + i % 3);
         }
         assert!(d.intervals().len() <= MAP_CAP);
-        for i in 0..(MAP_CAP as u64 * 2) {
+        for i in 0..n {
             assert!(d.min_over(i * 10, i * 10 + 4) > i % 3);
         }
     }

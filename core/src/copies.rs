@@ -66,10 +66,14 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], subscriptions_lsn: Option<u64>) 
         return Some(Why::NoRecord);
     }
     let mine: Vec<&FloorRow> = rows.iter().filter(|r| r.system_identifier == me).collect();
+    // One pass over what this server's rows cover: a record of many rows
+    // (any role may add some) costs its size, not its square.
+    let covered: std::collections::HashSet<i64> =
+        mine.iter().flat_map(|m| m.covers.iter().copied()).collect();
     let mut others: Vec<i64> = rows
         .iter()
         .map(|r| r.system_identifier)
-        .filter(|&s| s != me && !mine.iter().any(|m| m.covers.contains(&s)))
+        .filter(|&s| s != me && !covered.contains(&s))
         .collect();
     others.sort_unstable();
     others.dedup();

@@ -26,7 +26,7 @@ pub fn damaged() -> Failure {
         format!("the backfill state file \"{}\" could not be read when this server started", path().display()),
     )
     .detail("It records which sequence numbers were handed out at which past times; without it, backfilled IDs could repeat. The server log says what was wrong with it. IDs for the present are not affected.")
-    .hint("Restore the file from a copy of this data directory and restart PostgreSQL. If there is none, remove it and restart: each database's first backfill then takes up the leases its record of floors holds (those of every row stored there), but IDs handed out without a row at times backfilled before may be issued again.")
+    .hint("Restore the file from a copy of this data directory and restart PostgreSQL. If there is none, remove it, restart, and call SELECT snowflake_nextval_at(now()); once in every database that holds backfilled rows before backfilling anywhere: each takes up the leases its record of floors holds. IDs handed out without a row at times backfilled before may still be issued again.")
 }
 
 /// Reads the state file into shared memory; a damaged one refuses

@@ -8,7 +8,7 @@ use crate::pg::lock::SharedLock;
 use snowflake_id_core::backfill::Depths;
 use snowflake_id_core::shared_text::SharedText;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 #[repr(C)]
 pub struct BackfillState {
@@ -23,7 +23,12 @@ pub struct BackfillState {
     /// claims worker found it (empty: none): backfills are refused while
     /// it stands. Written by the claims worker alone.
     pub claimed_by_another: SharedText,
+    /// The backfill worker id the claims worker last judged the claims on
+    /// (`NONE`: none): a backfill under another waits for it.
+    judged: AtomicU32,
 }
+
+const NONE: u32 = u32::MAX;
 
 // SAFETY: `depths` is only touched under `lock` (`with_map`).
 unsafe impl Sync for BackfillState {}
@@ -39,6 +44,7 @@ impl BackfillState {
             damaged: AtomicBool::new(false),
             leases: AtomicU64::new(0),
             claimed_by_another: SharedText::new(),
+            judged: AtomicU32::new(NONE),
         }
     }
 
@@ -52,6 +58,15 @@ impl BackfillState {
 
     pub fn damaged(&self) -> bool {
         self.damaged.load(Ordering::Acquire)
+    }
+
+    /// The backfill worker id the claims on it were last judged for.
+    pub fn judged(&self) -> Option<u32> {
+        Some(self.judged.load(Ordering::Acquire)).filter(|&w| w != NONE)
+    }
+
+    pub fn set_judged(&self, worker: Option<u32>) {
+        self.judged.store(worker.unwrap_or(NONE), Ordering::Release);
     }
 
     pub fn set_damaged(&self) {

@@ -144,7 +144,8 @@ def test_a_backfill_worker_id_is_claimed_and_checked_as_live_ones_are():
             assert code == "55000" and "backfills are refused" in message, message
             assert "snowflake_id.backfill_worker_id" in hint, hint
             assert me.one("SELECT snowflake_nextval()") > 0
-        # b takes another: both backfill again, their IDs apart.
+        # b takes another: both backfill again, their IDs apart. Its first
+        # backfill under 999 waits for the claims on 999 to be read.
         b.sql("ALTER SYSTEM SET snowflake_id.backfill_worker_id = 999")
         b.reload_and_wait()
         for s in (a, b):

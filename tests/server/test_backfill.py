@@ -293,7 +293,7 @@ def test_a_damaged_state_file_refuses_backfills_and_nothing_else():
         s.start()
         code, msg, hint = s.error("SELECT snowflake_nextval_at('2025-02-01')")
         assert code == "XX001" and "could not be read when this server started" in msg, msg
-        assert "remove it and restart" in hint, hint
+        assert "remove it, restart, and call SELECT snowflake_nextval_at(now()); once in every database" in hint, hint
         assert s.one("SELECT snowflake_nextval() > 0")
         assert "checksum does not match" in s.log_text()
         assert "could not be read when this server started" in s.one("SELECT problem FROM snowflake_id.snowflake_status")
@@ -386,6 +386,18 @@ def test_rows_planted_in_the_record_stop_no_id_and_use_up_nothing():
                             f" VALUES ({sysid}, {value})")
             assert any("was not kept: only a superuser may restore them" in n for n in conn.notices)
         assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE backfilled IS NOT NULL") == 0
+        # A role that may write every table may still only add rows.
+        s.one("SELECT snowflake_nextval_at('2025-01-15')")
+        s.sql("CREATE ROLE writer LOGIN")
+        s.sql("GRANT pg_write_all_data, pg_read_all_data TO writer")
+        for sql in ("UPDATE snowflake_id.snowflake_floors SET backfilled = '{0,9223372036854775807,4096}'",
+                    "UPDATE snowflake_id.snowflake_floors SET covers = '{42}'",
+                    "DELETE FROM snowflake_id.snowflake_floors"):
+            code, msg, _ = s.error(sql, user="writer")
+            assert code == "42501" and "only ever added" in msg, (sql, code, msg)
+        # (pg_write_all_data has no TRUNCATE; the guard refuses it too.)
+        code, _, _ = s.error("TRUNCATE snowflake_id.snowflake_floors", user="writer")
+        assert code == "42501"
         started = time.time()
         assert s.one("SELECT snowflake_nextval() > 0", user="evil")
         assert time.time() - started < 5, "a session's first ID read what was planted"

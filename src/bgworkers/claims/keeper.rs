@@ -359,6 +359,7 @@ impl Keeper {
             }
             shm.backfill.claimed_by_another.set(&text);
         }
+        shm.backfill.set_judged(backfill);
     }
 
     /// At the server's shutdown, marks this server's claim as ended: its
