@@ -445,7 +445,15 @@ pub fn citus_preloaded() -> bool {
 /// live in the database whose Citus metadata the node belongs to, found by
 /// the first backend that reads it. Not in binary-upgrade mode.
 pub fn claims_kept() -> bool {
-    (claims_database().is_some() || citus_preloaded()) && !process::binary_upgrade()
+    // Each input is fixed until a restart (settings of postmaster context,
+    // binary-upgrade mode): worked out once per process, since a backfill
+    // asks at every ID.
+    static KEPT: ProcessLocal<Cell<Option<bool>>> = ProcessLocal(Cell::new(None));
+    KEPT.0.get().unwrap_or_else(|| {
+        let kept = (claims_database().is_some() || citus_preloaded()) && !process::binary_upgrade();
+        KEPT.0.set(Some(kept));
+        kept
+    })
 }
 
 /// Whether the first ID after a start waits for the claims worker to have

@@ -381,11 +381,6 @@ impl Depths {
         })
     }
 
-    /// Raises every tick to at least `depth`.
-    pub fn raise_all(&mut self, depth: u64) {
-        self.raise(0, u64::MAX, depth);
-    }
-
     /// Leases a window at `tick` for at least `n` IDs: the block `shape`
     /// names, or a shorter one from `tick` where that one is too deep.
     /// The map is raised over the block before this returns.
@@ -688,7 +683,7 @@ mod tests {
         assert_eq!(d.min_over(10, 25), 3);
         d.raise(0, 100, 4);
         assert_eq!(d.intervals(), vec![(0, 4), (10, 5), (20, 4), (101, 0)]);
-        d.raise_all(7);
+        d.raise(0, u64::MAX, 7);
         assert_eq!(d.intervals(), vec![(0, 7)]);
         d.raise(u64::MAX - 1, u64::MAX, 9);
         assert_eq!(d.depth_over(u64::MAX, u64::MAX), 9);

@@ -6,7 +6,7 @@
 //! order as the mark's, for the same reasons: a crash finds the file, a
 //! standby and a restored base backup the WAL.
 
-use super::lease_file::{io_failure, path, write};
+use super::lease_file::{io_failure, path, read, write};
 use super::standby::{standby_silent, waits_for_standbys};
 use crate::pg::error;
 use crate::pg::xlog::{self, StandbyWait};
@@ -14,7 +14,6 @@ use crate::shmem::Shmem;
 use pgrx::PgLogLevel;
 use snowflake_id_core::backfill::{Ask, Depths, Exhausted, Lease, Raise};
 use snowflake_id_core::{Class, Failure};
-use std::io;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -32,12 +31,7 @@ pub fn damaged() -> Failure {
 /// Reads the state file into shared memory; a damaged one refuses
 /// backfills (a missing one is a server that never backfilled).
 pub fn at_start(shm: &Shmem) {
-    let read = match std::fs::read(path()) {
-        Ok(bytes) => Depths::decode(&bytes).map(Some),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.to_string()),
-    };
-    match read {
+    match read() {
         Ok(Some(d)) => shm.backfill.with_map(|map| *map = d),
         Ok(None) => {}
         Err(why) => {
