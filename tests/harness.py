@@ -240,12 +240,15 @@ class Server:
     def kill9_all(self):
         """kill -9 of the postmaster, then of every process it left behind."""
         kids = self.children()
-        os.kill(self.postmaster_pid(), signal.SIGKILL)
+        postmaster = self.postmaster_pid()
+        os.kill(postmaster, signal.SIGKILL)
         for k in kids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(k, signal.SIGKILL)
         deadline = time.time() + 30
-        while any(os.path.exists(f"/proc/{k}") for k in kids):
+        # The postmaster too, until it is reaped: a new one finds its pid in
+        # postmaster.pid and refuses to start while that process exists.
+        while any(os.path.exists(f"/proc/{k}") for k in kids + [postmaster]):
             assert time.time() < deadline, "children of the killed postmaster did not exit"
             time.sleep(0.05)
 
