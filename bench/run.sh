@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 SNOWFLAKE_OTHER_MAJORS="18" SNOWFLAKE_REQUIRED_MAJORS="18" scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 . scripts/versions.sh
+pgrx_flags
 export PG_BIN="$PG_CACHE/18/bin"
 
 printf '\n==> Building and installing snowflake_id (release) into PostgreSQL 18\n'

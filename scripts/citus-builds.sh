@@ -10,6 +10,9 @@
 #
 # Citus 14 supports PostgreSQL 16 to 18, Citus 13 15 to 17 (its sources need
 # a one-line patch to compile against 15.20 and later 15.x, kept beside them).
+# No Citus release supports 19: the newest, 14.0.1, refuses it at configure,
+# and so does Citus's main branch as of May 2026 (configure.ac accepts 16,
+# 17 and 18), though it has begun naming 19 (pg_version_constants.h).
 # Prints one line and exits 0 when Citus is installed; when it cannot be (no
 # sources, a checksum that does not match, no Citus for that major, a failed
 # build), prints "unavailable: <why>" as its last line and exits 3. Run as
@@ -32,6 +35,7 @@ pg_version=$("$PG_CONFIG" --version | awk '{print $2}')
 case "$major" in
     15) citus=13.2.2 ;;
     16 | 17 | 18) citus=14.0.1 ;;
+    19) unavailable "no Citus release supports PostgreSQL 19 yet (the newest, 14.0.1, supports 16 to 18)" ;;
     *) unavailable "no Citus release here supports PostgreSQL $major" ;;
 esac
 # The checksums the vendor folder's README gives.

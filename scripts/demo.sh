@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh  # the system PostgreSQL is all this needs
 export PATH="$HOME/.cargo/bin:$PATH"
 export LC_ALL=C.UTF-8  # initdb: UTF-8 whatever locale root has, or lacks
+. scripts/versions.sh
+pgrx_flags
 PG_BIN=/usr/lib/postgresql/15/bin
 DEMO="${SNOWFLAKE_DEMO_DIR:-/tmp/snowflake_id-demo}"
 PORT="${SNOWFLAKE_DEMO_PORT:-5499}"

@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/versions.sh
 export PATH="$HOME/.cargo/bin:$PATH"
+pgrx_flags
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 maintainer=$(sed -n 's/^authors = \["\(.*\)"\]/\1/p' Cargo.toml | head -n 1)

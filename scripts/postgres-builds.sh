@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds the PostgreSQL majors Debian 12 does not package (13, 17, 18) from
+# Builds the PostgreSQL majors Debian 12 does not package (13, 17, 18, 19) from
 # the upstream tarballs Debian's source packages hold, into a cache outside
 # the repository keyed by the exact version and build recipe, so a second
 # run reuses them. (Binary packages of the newer suites need a newer C
 # library than Debian 12's, hence source.)
 #
-#   scripts/postgres-builds.sh [MAJOR...]      (default: 13 17 18)
+#   scripts/postgres-builds.sh [MAJOR...]      (default: 13 17 18 19)
 #
 # Mirrors lag behind their own indexes, and suites move on, so for each
 # major every suite that carries it is asked (newest version first), the
@@ -13,8 +13,12 @@
 # sha256 of the signed index (apt verifies the index's signature), and where
 # no index entry is served, the tarballs pinned in
 # scripts/postgres-sources.pinned (checksums from Debian's signed .dsc files)
-# are tried. A major none of them serves is reported as unavailable and
-# skipped, unless it is listed in SNOWFLAKE_REQUIRED_MAJORS: then the script
+# are tried. Where no source is served (this machine's mirror serves no
+# source of experimental's 19, only its binary packages), Debian's binary
+# packages of the major, from the same suites, are unpacked with every
+# library they need, the C library among them, and run on those
+# (scripts/postgres-from-packages.sh). A major none of them serves is
+# reported as unavailable and skipped, unless it is listed in SNOWFLAKE_REQUIRED_MAJORS: then the script
 # fails, saying why.
 #
 # Afterwards $SNOWFLAKE_PG_CACHE/<major>/bin/pg_config (default cache:
@@ -53,7 +57,7 @@ SECURITY_URI=$(archive_uri "$codename-security")
 BENCH_MAJOR=18
 recipe_of() { [[ $1 == "$BENCH_MAJOR" ]] && echo r2 || echo r3-tests; }
 majors=("$@")
-((${#majors[@]})) || majors=(13 17 18)
+((${#majors[@]})) || majors=(13 17 18 19)
 
 say() { printf '\n==> %s\n' "$*"; }
 loud() { printf '\n!!! %s\n' "$*" >&2; }
@@ -70,6 +74,10 @@ suites_of() {
         13) echo "bullseye-security bullseye" ;;
         17) echo "trixie-security trixie-updates trixie forky sid" ;;
         18) echo "sid forky trixie-backports" ;;
+        # Until its final release reaches unstable, only experimental
+        # carries 19 (a beta or release candidate); the newest version any
+        # of them lists is taken.
+        19) echo "sid forky experimental" ;;
         *) echo "" ;;
     esac
 }
@@ -79,7 +87,14 @@ uri_of() { [[ $1 == *-security ]] && echo "$SECURITY_URI" || echo "$DEBIAN_URI";
 # in prefix/lib/postgresql when the prefix names no "postgres" or "pgsql".
 built() { [[ -x "$1/bin/pg_config" && -f "$("$1/bin/pg_config" --pkglibdir)/pg_stat_statements.so" ]]; }
 # A cached build of this major made by this recipe, whatever its version.
-cached() { [[ -L "$CACHE/$1" && $(readlink "$CACHE/$1") == *"-$(recipe_of "$1")" ]] && built "$CACHE/$1"; }
+# Where no source can be had, Debian's binary packages unpacked (see below).
+PACKAGES_RECIPE=deb1
+cached() {
+    [[ -L "$CACHE/$1" ]] || return 1
+    local target
+    target=$(readlink "$CACHE/$1")
+    [[ $target == *"-$(recipe_of "$1")" || $target == *"-$PACKAGES_RECIPE" ]] && built "$CACHE/$1"
+}
 
 # A private apt configuration: deb-src lines for other suites must not reach
 # the system's own sources. apt checks each index's signature against the
@@ -142,10 +157,13 @@ build() {
     local m=$1 version=$2 tarball=$3 prefix=$4
     say "Building PostgreSQL $version (about 5 minutes on 2 cores)"
     (
-        cd "$CACHE/src"
-        rm -rf "postgresql-$version"
-        tar -xf "$tarball"
-        cd "postgresql-$version"
+        # Unpacked where nothing else is: the tree's name is upstream's
+        # (postgresql-19rc1 for Debian's 19~rc1), whatever Debian calls it.
+        local tree="$CACHE/src/build-$m"
+        rm -rf "$tree"
+        mkdir -p "$tree"
+        tar -xf "$tarball" -C "$tree"
+        cd "$tree"/postgresql-*/
         # What the extension's build and tests need, and OpenSSL, as
         # distribution packages have it (gen_random_uuid() and uuidv7() draw
         # their randomness from it; the benchmark compares with them). No ICU,
@@ -167,7 +185,7 @@ build() {
                 make -s -C "contrib/$module" install
             fi
         done
-        cd .. && rm -rf "postgresql-$version"
+        cd / && rm -rf "$tree"
     )
 }
 
@@ -230,6 +248,26 @@ for m in "${majors[@]}"; do
         echo "PostgreSQL $version: $(basename "$path") is listed but no archive serves it intact; trying the next source"
     done < <(indexed "$m"; pinned "$m")
     if [[ -z $found ]]; then
+        # No source: Debian's binary packages of the same suites, on a C
+        # library of their own (postgres-from-packages.sh).
+        prefix="$CACHE/$m-$PACKAGES_RECIPE"
+        if built "$prefix"; then
+            found=$("$prefix/bin/pg_config" --version | awk '{print $2}')
+        elif [[ -n $(suites_of "$m") ]]; then
+            say "No source of PostgreSQL $m could be had: trying Debian's binary packages of it"
+            out="$CACHE/$m-packages.log"
+            if "$(dirname "$0")/postgres-from-packages.sh" "$m" "$prefix" "$DEBIAN_URI" $(suites_of "$m" | tr ' ' '\n' | grep -v -- '-security$') >"$out" 2>&1 &&
+                built "$prefix"; then
+                cat "$out"
+                found=$(tail -n 1 "$out")
+            else
+                cat "$out"
+                rm -rf "$prefix" "$prefix.part"
+                tried+=("its binary packages (see above)")
+            fi
+        fi
+    fi
+    if [[ -z $found ]]; then
         why="no source of PostgreSQL $m could be had (suites asked: $(suites_of "$m" | sed 's/ /, /g')${tried:+; listed but not had: ${tried[*]}})"
         [[ -n $(suites_of "$m") ]] || why="no Debian suite is known to carry PostgreSQL $m"
         loud "PostgreSQL $m is UNAVAILABLE: $why"
@@ -237,7 +275,11 @@ for m in "${majors[@]}"; do
         [[ $REQUIRED == *" $m "* ]] && missing_required+=("$m")
         continue
     fi
-    ln -sfn "$CACHE/$m-$found-$(recipe_of "$m")" "$CACHE/$m"
+    if built "$CACHE/$m-$found-$(recipe_of "$m")"; then
+        ln -sfn "$CACHE/$m-$found-$(recipe_of "$m")" "$CACHE/$m"
+    else
+        ln -sfn "$CACHE/$m-$PACKAGES_RECIPE" "$CACHE/$m"
+    fi
     echo "PostgreSQL $m: $("$CACHE/$m/bin/pg_config" --version) (in $CACHE/$m)"
     report "$m available $found"
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything snowflake_id needs to build, test and benchmark on
 # Debian 12, as root: Debian packages, the Rust toolchain if missing,
-# rustfmt and clippy, cargo-pgrx 0.18.1, PostgreSQL 13, 17 and 18 built from
-# Debian's source packages where their source can be had
+# rustfmt and clippy, cargo-pgrx (versions.sh), PostgreSQL 13, 17, 18 and 19
+# from Debian's source packages where their source can be had (19 from its
+# binary packages where not)
 # (scripts/postgres-builds.sh, cached outside the repository), and
 # `cargo pgrx init` against the system PostgreSQL 15 and those builds.
 # Safe to run again: it only installs what is missing.
@@ -26,7 +27,6 @@ esac
 
 . "$(dirname "$0")/versions.sh"
 PG_MAJOR=$SYSTEM_MAJOR
-PGRX_VERSION=0.18.1
 PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config"
 
 say() { printf '\n==> %s\n' "$*"; }
@@ -72,7 +72,7 @@ fi
 
 export PATH="$HOME/.cargo/bin:$PATH"
 # rustup, not just any cargo: the gates add rustfmt and clippy with it, and
-# cargo-pgrx 0.18.1 needs a newer Rust than Debian's own packages. A
+# cargo-pgrx needs a newer Rust than Debian's own packages. A
 # Debian cargo already on the PATH stays; rustup's comes first on it.
 if ! command -v rustup >/dev/null; then
     say "Installing the Rust toolchain (rustup)"
@@ -86,13 +86,15 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
     rustup component add rustfmt clippy
 fi
 
+pgrx_flags
 if ! cargo pgrx --version 2>/dev/null | grep -qF "$PGRX_VERSION"; then
     # Unoptimized, without debug information: cargo-pgrx only drives cargo
     # and copies files (the builds it starts are optimized as the project
     # says), and an optimized build of its 300 crates took 5 minutes of both
     # cores on a machine as it comes.
     say "Installing cargo-pgrx $PGRX_VERSION (takes about 2 minutes)"
-    CARGO_PROFILE_DEV_DEBUG=false cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --debug
+    # (--ignore-rust-version where this Rust is older than pgrx declares: versions.sh.)
+    CARGO_PROFILE_DEV_DEBUG=false cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --debug "${PGRX_CARGO_FLAGS[@]}"
 fi
 
 # pgrx pointed at PostgreSQL majors given as "--pgNN pg_config" pairs,

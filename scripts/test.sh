@@ -22,7 +22,10 @@
 #      absent)
 #   7. the same on the other PostgreSQL majors (scripts/versions.sh) whose
 #      source could be had: the #[pg_test] tests, the regression files and
-#      the update on each, and every real-server test on the newest
+#      the update on each, and every real-server test and Citus on the
+#      newest, and on the newest release too where the newest is a beta or
+#      release candidate (19rc1 and 18, today); pg_upgrade into each, from
+#      the oldest, and into the newest from the major before it
 #   8. the Debian packages (scripts/package.sh): their fields and files,
 #      each installed with apt and used by a fresh server
 # It ends with a table of what ran on which major, and why anything was
@@ -232,7 +235,7 @@ gates() {
     cargo fmt --all --check
     # The same code the tests build: the shell with its #[pg_test] tests
     # (pgrx's feature of the system major), and the core.
-    cargo clippy --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
+    cargo clippy "${PGRX_CARGO_FLAGS[@]}" --workspace --all-targets --features "pg$SYSTEM_MAJOR pg_test" -- -D warnings
 }
 stop_servers
 rm -rf "$SNOWFLAKE_TEST_DIR"
@@ -243,14 +246,14 @@ chown postgres "$SNOWFLAKE_TEST_DIR"
 # the start (compiling PostgreSQL takes minutes on a machine as it comes),
 # beside everything else here (at the same priority: a build niced below
 # the lanes' tests left the foreground waiting for it for minutes). The
-# newest first (its lane is the longest), then the oldest (pg_upgrade
-# starts from it), then the rest; each major is tested as soon as its
-# build is in
+# two newest first (their lanes are the longest), then the oldest
+# (pg_upgrade starts from it), then the rest; each major is tested as soon
+# as its build is in
 # ($BUILDS_REPORT says so, a line per major, as postgres-builds.sh goes).
 BUILDS_REPORT="$LOGS/builds.report"
 builds_ended() { [[ -s "$LOGS/builds.rc" ]]; }
 builds_order=$(tr ' ' '\n' <<<"$OTHER_MAJORS" | sed '/^$/d' | sort -rn | awk '
-    { m[NR] = $1 } END { if (NR) print m[1], (NR > 1 ? m[NR] : ""); for (i = 2; i < NR; i++) print m[i] }' | xargs)
+    { m[NR] = $1 } END { for (i = 1; i <= NR && i <= 2; i++) print m[i]; if (NR > 2) print m[NR]; for (i = 3; i < NR; i++) print m[i] }' | xargs)
 scripts/setup.sh --packages
 : >"$BUILDS_REPORT"
 builds_pid=""
@@ -269,6 +272,7 @@ fi
 # What the gates and the core need first: a failing gate stops the run in
 # minutes, not after the PostgreSQL builds.
 scripts/setup.sh --toolchain
+pgrx_flags
 layer all gates "Gates: cargo fmt --check, cargo clippy -D warnings" gates
 layer all core "Core: unit and property tests" cargo test -p snowflake_id_core
 
@@ -342,7 +346,7 @@ install_into() {
 # The system's major: its lane starts once the extension is installed.
 m=$SYSTEM_MAJOR
 layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests in a real PostgreSQL" \
-    cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
+    pgrx_test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx"
 layer "$m" schema "sql/: the committed install script matches what the code generates" schema
 # A lane goes on after a failed layer (each layer starts servers of its
 # own), so that one run says everything that fails; it fails at its end.
@@ -360,7 +364,9 @@ system_lane() {
 if wanted regress || wanted update || wanted server || wanted citus || wanted package; then
     install_into "$m" "$PG_CONFIG"
     start_lane "pg$m" 55400 system_lane
-    if wanted citus; then start_lane "citus$m" 58000 citus_layer "$m" "$PG_CONFIG"; fi
+    # Citus lanes take their ports from 61000 up (a lane's 100 per
+    # cluster's worth, 400 apart), above every other lane's.
+    if wanted citus; then start_lane "citus$m" 61000 citus_layer "$m" "$PG_CONFIG"; fi
 fi
 
 # The other majors, each as soon as its build is in: its #[pg_test] tests,
@@ -410,6 +416,36 @@ find_newest() {
         fi
     done
 }
+# Whether a major's build is a beta or release candidate (Debian's version
+# has a tilde: 19~rc1).
+prerelease() { grep -q "^$1 available [^ ]*~" "$BUILDS_REPORT"; }
+# Every real-server test and Citus run on the newest major, and where that
+# is a pre-release, on the newest release as well: what most servers run
+# keeps every test while the next major is tried.
+full_tests() {
+    local m=$1 n
+    [[ $m == "$newest" ]] && return 0
+    prerelease "$newest" && ! prerelease "$m" || return 1
+    for n in $OTHER_MAJORS; do
+        if ((n > m && n < newest)) && available_build "$n" && ! prerelease "$n"; then return 1; fi
+    done
+}
+# The major pg_upgrade into $1 starts from: for the newest, the available
+# major just before it (the upgrade its first users make); for the others,
+# the oldest (the longest jump). Nothing for the oldest itself.
+upgrade_source() {
+    local m=$1 oldest n from=""
+    oldest=$(oldest_available)
+    [[ $m == "$oldest" ]] && return 0
+    if [[ $m == "$newest" ]]; then
+        for n in $(awk '$2 == "available" { print $1 }' "$BUILDS_REPORT" | sort -n); do
+            ((n < m)) && from=$n
+        done
+        echo "$from"
+    else
+        echo "$oldest"
+    fi
+}
 # The oldest available major, for pg_upgrade from it: a lane asks once
 # every build has ended.
 oldest_available() {
@@ -420,38 +456,39 @@ oldest_available() {
 installed() { [[ -f "$LOGS/installed-$1" ]]; }
 # Each other major's lane, with its PostgreSQL: pg_regress sits beside PGXS,
 # wherever configure put the library directory (prefix/lib, or
-# prefix/lib/postgresql). The newest's real-server tests come
-# first: its pg_upgrade from the oldest needs that one installed, which the
-# build lane does meanwhile. (Its Citus tests are a lane of their own.)
+# prefix/lib/postgresql). The real-server tests come first: pg_upgrade
+# needs the older major installed, which the build lane does meanwhile.
+# (Citus tests are a lane of their own.)
 other_lane() {
-    local m=$1 bin=$2 rc=0 oldest
+    local m=$1 bin=$2 rc=0 from
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
-    if [[ $m == "$newest" ]]; then
+    if full_tests "$m"; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
     fi
     layer "$m" regress "PostgreSQL $m: regression files" pytest tests/regress/test_regress.py || rc=1
-    oldest=$(oldest_available)
-    if [[ $m != "$oldest" ]] && wanted update; then
-        # pg_upgrade from the oldest major built here, once it has the
+    from=$(upgrade_source "$m")
+    if [[ -n $from ]] && wanted update; then
+        # pg_upgrade from an older major built here, once it has the
         # extension. Not from the system's: Debian's 15.20 gives every
         # table a reloption (pg_attver) that builds of an earlier release
         # round, as the pinned ones are, do not know. (A build lane that
         # fails stops this lane: the wait ends with the run.)
-        until installed "$oldest"; do sleep 1; done
-        SNOWFLAKE_UPGRADE_FROM_BIN="$PG_CACHE/$oldest/bin" \
-            layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $oldest" \
+        until installed "$from"; do sleep 1; done
+        SNOWFLAKE_UPGRADE_FROM_BIN="$PG_CACHE/$from/bin" \
+            layer "$m" update "PostgreSQL $m: the update from 0.1.0, pg_upgrade from $from" \
             pytest tests/packaging/test_upgrade.py tests/packaging/test_pg_upgrade.py || rc=1
     else
         layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     fi
     return $rc
 }
-# The newest's Citus lane, with its PostgreSQL.
+# The Citus lane of a major with every test, with its PostgreSQL.
 other_citus_lane() {
     export PG_BIN="$2"
     citus_layer "$1" "$2/pg_config"
 }
 port=56400
+citus_port=61400
 available=""
 majors=("$SYSTEM_MAJOR" $OTHER_MAJORS)
 for m in $builds_order; do
@@ -467,7 +504,7 @@ for m in $builds_order; do
     fi
     available="$available $m"
     [[ -n $newest ]] || find_newest
-    if [[ $m != "$newest" ]]; then
+    if ! full_tests "$m"; then
         skip "$m" server "newest only"
         skip "$m" citus "newest only"
     fi
@@ -475,14 +512,15 @@ for m in $builds_order; do
     scripts/setup.sh --pgrx $available
     bin="$PG_CACHE/$m/bin"
     layer "$m" pg_test "PostgreSQL $m: #[pg_test] tests" \
-        cargo pgrx test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$m"
+        pgrx_test "pg$m" --runas postgres --pgdata "$SNOWFLAKE_TEST_DIR/pgrx$m"
     wanted regress || wanted update || wanted server || wanted citus || wanted package || continue
     install_into "$m" "$bin/pg_config"
     chmod -R a+rX "$PG_CACHE/$m/"
     touch "$LOGS/installed-$m"
     start_lane "pg$m" "$port" other_lane "$m" "$bin"
-    if [[ $m == "$newest" ]] && wanted citus; then
-        start_lane "citus$m" 58500 other_citus_lane "$m" "$bin"
+    if full_tests "$m" && wanted citus; then
+        start_lane "citus$m" "$citus_port" other_citus_lane "$m" "$bin"
+        citus_port=$((citus_port + 400))
     fi
     port=$((port + 500))
 done

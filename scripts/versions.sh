@@ -2,12 +2,41 @@
 # setup.sh, test.sh and package.sh. 15 is Debian 12's own, and required:
 # without it nothing is tested. The others are built from Debian's source
 # packages by postgres-builds.sh (14 and 16 have none there; 13 is
-# end-of-life but cheap to keep); each is tested where its source can be
-# had, and a run that could not have one says so (SNOWFLAKE_REQUIRED_MAJORS
+# end-of-life but cheap to keep), or, where no source is served (19's
+# release candidate, here), run from Debian's binary packages; each is
+# tested where it can be had, and a run that could not have one says so (SNOWFLAKE_REQUIRED_MAJORS
 # makes that a failure instead).
 SYSTEM_MAJOR=15
-OTHER_MAJORS="${SNOWFLAKE_OTHER_MAJORS-13 17 18}"
+OTHER_MAJORS="${SNOWFLAKE_OTHER_MAJORS-13 17 18 19}"
 # Those of OTHER_MAJORS this machine has builds of (test.sh sets it after
 # setup; by default all of them).
 AVAILABLE_MAJORS="${SNOWFLAKE_AVAILABLE_MAJORS-$OTHER_MAJORS}"
 PG_CACHE="${SNOWFLAKE_PG_CACHE:-/var/cache/snowflake_id/postgres}"
+# pgrx: 0.19.3 is the first release that knows PostgreSQL 19, and it
+# declares Rust 1.96. It builds on 1.95 (the toolchain these machines
+# have), but cargo refuses a crate whose declared Rust is newer than the
+# toolchain unless told. Where the toolchain is older, pgrx_flags (called
+# once Rust is installed) tells every build: PGRX_CARGO_FLAGS for cargo
+# itself (cargo install, cargo clippy), PGRX_BUILD_FLAGS (exported) for the
+# builds cargo pgrx install, package and schema run, and pgrx_test runs
+# `cargo pgrx test` with a cargo that passes the flag to `cargo test`.
+PGRX_VERSION=0.19.3
+PGRX_RUST_VERSION=1.96
+PGRX_CARGO_FLAGS=()
+pgrx_flags() {
+    local have
+    have=$(rustc --version 2>/dev/null | awk '{print $2}')
+    PGRX_CARGO_FLAGS=()
+    if [[ -n $have && $(printf '%s\n%s\n' "$have" "$PGRX_RUST_VERSION" | sort -V | head -n 1) != "$PGRX_RUST_VERSION" ]]; then
+        PGRX_CARGO_FLAGS=(--ignore-rust-version)
+        export PGRX_BUILD_FLAGS="--ignore-rust-version"
+    fi
+}
+pgrx_test() {
+    if ((${#PGRX_CARGO_FLAGS[@]})); then
+        REAL_CARGO=$(command -v cargo) CARGO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cargo-ignoring-rust-version" \
+            cargo-pgrx pgrx test "$@"
+    else
+        cargo pgrx test "$@"
+    fi
+}

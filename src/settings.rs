@@ -317,19 +317,22 @@ fn define_policy(raw_policy: [Option<String>; 2]) {
     // A real, not an int: in milliseconds an int ends at 24.8 days, and
     // the way out of a forward clock jump must be settable however far
     // the clock went.
-    GucRegistry::define_float_guc_with_hooks(
-        c"snowflake_id.max_lead",
-        c"How far the time inside IDs may run ahead of the system clock.",
-        c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
-        &MAX_LEAD,
-        0.0,
-        MAX_LEAD_LIMIT_MS as f64,
-        GucContext::Sighup,
-        GucFlags::UNIT_MS,
-        None,
-        Some(lead_assigned),
-        None,
-    );
+    // SAFETY: the assign hook is guarded and touches only this module's state.
+    unsafe {
+        GucRegistry::define_float_guc_with_hooks(
+            c"snowflake_id.max_lead",
+            c"How far the time inside IDs may run ahead of the system clock.",
+            c"Within it, bursts and backward clock steps are absorbed without waiting; beyond it callers wait for the clock.",
+            &MAX_LEAD,
+            0.0,
+            MAX_LEAD_LIMIT_MS as f64,
+            GucContext::Sighup,
+            GucFlags::UNIT_MS,
+            None,
+            Some(lead_assigned),
+            None,
+        );
+    }
     // SAFETY: the assign hook is guarded and touches only this module's state.
     unsafe {
         GucRegistry::define_int_guc_with_hooks(

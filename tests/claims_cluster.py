@@ -4,20 +4,18 @@ of claims under hostile data (tests/server/test_robustness.py): a writer
 with a table filled through the DEFAULT, publications that carry a server's
 own claims, and waits on what the status and the claims table say."""
 
-import subprocess
 import threading
 import time
 
 import psycopg2
-from harness import PG_BIN, Server
+from harness import PG_BIN, Server, pg_major
 
 LOAD_S = 3
 DETECT_TIMEOUT_S = 30
 
 
 def major():
-    out = subprocess.run([f"{PG_BIN}/pg_config", "--version"], capture_output=True, text=True, check=True).stdout
-    return int(out.split()[1].split(".")[0])
+    return pg_major(PG_BIN)
 
 
 def writer(made, name, worker_id, conf=None, **kw):
@@ -123,7 +121,9 @@ class load_both:
 
 
 def apply_errors(s):
-    return s.one("SELECT coalesce(sum(apply_error_count + sync_error_count), 0) FROM pg_stat_subscription_stats")
+    # 19 counts the errors of table and sequence synchronization apart.
+    sync = "sync_table_error_count + sync_seq_error_count" if major() >= 19 else "sync_error_count"
+    return s.one(f"SELECT coalesce(sum(apply_error_count + {sync}), 0) FROM pg_stat_subscription_stats")
 
 
 def wait_claims(s, n, what, timeout=60):

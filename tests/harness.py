@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,13 @@ import time
 import psycopg2
 
 PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+
+
+def pg_major(bin_dir=PG_BIN):
+    """The major of the PostgreSQL in bin_dir: 18 for "PostgreSQL 18.6", 19
+    for a pre-release's "PostgreSQL 19rc1"."""
+    out = subprocess.run([f"{bin_dir}/pg_config", "--version"], capture_output=True, text=True, check=True).stdout
+    return int(re.match(r"\d+", out.split()[1]).group())
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 RUN_AS = "postgres"
 

@@ -7,10 +7,20 @@ use pgrx::pg_sys;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 // Postgres's reload handler as the C function it is: pgrx's bindings wrap
-// it into a Rust function, which cannot be handed to pqsignal.
+// it into a Rust function, which cannot be handed to pqsignal. Since 19 a
+// handler is also given what Postgres knows of the sender (SIGNAL_ARGS).
+#[cfg(not(feature = "pg19"))]
 unsafe extern "C-unwind" {
     fn SignalHandlerForConfigReload(signal: std::ffi::c_int);
 }
+#[cfg(feature = "pg19")]
+unsafe extern "C-unwind" {
+    fn SignalHandlerForConfigReload(signal: std::ffi::c_int, info: *const pg_sys::pg_signal_info);
+}
+#[cfg(not(feature = "pg19"))]
+type Handler = unsafe extern "C-unwind" fn(std::ffi::c_int);
+#[cfg(feature = "pg19")]
+type Handler = unsafe extern "C-unwind" fn(std::ffi::c_int, *const pg_sys::pg_signal_info);
 
 /// Set by SIGTERM (a shutdown, or an administrator's kill).
 static TERMINATE: AtomicBool = AtomicBool::new(false);
@@ -53,7 +63,10 @@ pub fn server_shutting_down() -> bool {
 /// SIGTERM: what Postgres's `die` does to end waits inside Postgres (a
 /// synchronous standby's, say), plus a flag of our own so the loop can
 /// exit quietly instead of with a FATAL at every shutdown.
-unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
+///
+/// # Safety
+/// Only from a signal handler of this process.
+unsafe fn on_sigterm() {
     // SAFETY: only async-signal-safe stores and SetLatch, errno preserved.
     unsafe {
         let saved = *libc::__errno_location();
@@ -67,10 +80,26 @@ unsafe extern "C-unwind" fn on_sigterm(_signal: std::ffi::c_int) {
     }
 }
 
-/// SIGTERM with the sender's process id: `pqsignal` hands a handler the
-/// signal number alone.
+/// `on_sigterm` as `pqsignal` installs it, where the kernel's siginfo
+/// cannot be had.
+#[cfg(not(feature = "pg19"))]
+unsafe extern "C-unwind" fn on_sigterm_signal(_signal: std::ffi::c_int) {
+    // SAFETY: a signal handler.
+    unsafe { on_sigterm() }
+}
+#[cfg(feature = "pg19")]
+unsafe extern "C-unwind" fn on_sigterm_signal(
+    _signal: std::ffi::c_int,
+    _info: *const pg_sys::pg_signal_info,
+) {
+    // SAFETY: a signal handler.
+    unsafe { on_sigterm() }
+}
+
+/// SIGTERM with the sender's process id: before 19, `pqsignal` hands a
+/// handler the signal number alone.
 extern "C" fn on_sigterm_from(
-    signal: std::ffi::c_int,
+    _signal: std::ffi::c_int,
     info: *mut libc::siginfo_t,
     _context: *mut std::ffi::c_void,
 ) {
@@ -79,7 +108,7 @@ extern "C" fn on_sigterm_from(
         if !info.is_null() && (*info).si_pid() == pg_sys::PostmasterPid {
             BY_POSTMASTER.store(true, Ordering::Relaxed);
         }
-        on_sigterm(signal);
+        on_sigterm();
     }
 }
 
@@ -87,12 +116,12 @@ extern "C" fn on_sigterm_from(
 ///
 /// # Safety
 /// `handler` must be async-signal-safe.
-unsafe fn handle(signal: u32, handler: unsafe extern "C-unwind" fn(std::ffi::c_int)) {
+unsafe fn handle(signal: u32, handler: Handler) {
     // SAFETY: installs the handler the caller vouches for.
     unsafe {
-        #[cfg(not(feature = "pg18"))]
+        #[cfg(not(any(feature = "pg18", feature = "pg19")))]
         pg_sys::pqsignal(signal as i32, Some(handler));
-        #[cfg(feature = "pg18")]
+        #[cfg(any(feature = "pg18", feature = "pg19"))]
         pg_sys::pqsignal_be(signal as i32, Some(handler));
     }
 }
@@ -110,7 +139,7 @@ pub fn handle_signals() {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
         if libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) != 0 {
-            handle(pg_sys::SIGTERM, on_sigterm);
+            handle(pg_sys::SIGTERM, on_sigterm_signal);
         }
         pg_sys::BackgroundWorkerUnblockSignals();
     }

@@ -12,8 +12,8 @@ clock is 60 s behind the old one's, with applications writing at once:
   ID. Every new ID is above every old one, and no insert fails.
 
 Runs where scripts/test.sh sets SNOWFLAKE_UPGRADE_FROM_BIN: the binaries of
-the oldest major it builds (with the extension installed), upgraded to
-PG_BIN's newer major."""
+an older major it built (with the extension installed: the oldest, or for
+the newest major the one before it), upgraded to PG_BIN's newer major."""
 
 import glob
 import os
@@ -23,21 +23,19 @@ import time
 import pytest
 
 from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
-from harness import PG_BIN, Server, _as_postgres, servers
+from harness import PG_BIN, Server, _as_postgres, pg_major, servers
 
 OLD_BIN = os.environ.get("SNOWFLAKE_UPGRADE_FROM_BIN")
 
 
-def major(bin_dir):
-    out = subprocess.run([f"{bin_dir}/pg_config", "--version"], capture_output=True, text=True, check=True).stdout
-    return int(out.split()[1].split(".")[0])
+major = pg_major
 
 
 @pytest.mark.skipif(not OLD_BIN, reason="scripts/test.sh runs it in the update layer of a newer major")
 def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issuing():
     claims = {"snowflake_id.claims_database": "'claims'"}
-    new_major = major(PG_BIN)
-    assert major(OLD_BIN) < new_major
+    new_major, old_major = major(PG_BIN), major(OLD_BIN)
+    assert old_major < new_major
     with servers() as made:
         old = Server("pgup-old", conf=claims, bin=OLD_BIN)
         made.append(old)
@@ -55,9 +53,9 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
         top = data["top"]
         old.stop()
 
-        # 18 enables data checksums at initdb; the old cluster has none.
+        # 18 enables data checksums at initdb; a cluster made before has none.
         new = Server("pgup-new", conf=claims, faketime=True,
-                     initdb_args=["--no-data-checksums"] if new_major >= 18 else [])
+                     initdb_args=["--no-data-checksums"] if old_major < 18 <= new_major else [])
         made.append(new)
         new.set_clock(-CLOCK_BEHIND_S)
         r = _as_postgres([f"{PG_BIN}/pg_upgrade", "--link", "-b", OLD_BIN, "-B", PG_BIN, "-d", old.data, "-D", new.data,
@@ -80,7 +78,7 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
                           dbname="claims"):
             assert time.time() < deadline, "the upgraded cluster's claims worker never claimed"
             time.sleep(0.2)
-        check_copy(new, data, what=f"pg_upgrade --link {major(OLD_BIN)} -> {new_major}")
+        check_copy(new, data, what=f"pg_upgrade --link {old_major} -> {new_major}")
         # And over three more refreshes, no refusal appears.
         until = time.time() + 6.5
         while time.time() < until:

@@ -141,7 +141,10 @@ pub(super) fn is_template() -> Option<Failure> {
 /// committed; no timeout a user set applies but the lock wait's own.
 pub(super) fn pin_session() {
     let lock_timeout = LOCK_TIMEOUT_MS.to_string();
-    #[cfg_attr(not(any(feature = "pg17", feature = "pg18")), allow(unused_mut))]
+    #[cfg_attr(
+        not(any(feature = "pg17", feature = "pg18", feature = "pg19")),
+        allow(unused_mut)
+    )]
     let mut pins: Vec<(&str, &str)> = vec![
         ("search_path", ""),
         ("default_transaction_read_only", "off"),
@@ -157,7 +160,7 @@ pub(super) fn pin_session() {
         // An error is the worker's to catch and report, never its end.
         ("exit_on_error", "off"),
     ];
-    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    #[cfg(any(feature = "pg17", feature = "pg18", feature = "pg19"))]
     pins.push(("transaction_timeout", "0"));
     for (name, value) in pins {
         crate::pg::guc::pin(name, value);
