@@ -40,6 +40,8 @@ packages=(
     build-essential pkg-config clang libclang-dev libssl-dev ca-certificates curl git
     "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" libpq-dev
     sudo faketime libfaketime bison flex zlib1g-dev
+    # A major run from Debian's binary packages (postgres-from-packages.sh).
+    patchelf
     "postgresql-$PG_MAJOR-pglogical"
     python3 python3-psycopg2 python3-pytest python3-pytest-xdist python3-matplotlib
     python3-psycopg python3-venv
