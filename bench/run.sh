@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SNOWFLAKE_OTHER_MAJORS="18" SNOWFLAKE_REQUIRED_MAJORS="18" scripts/setup.sh
+SNOWFLAKE_PG_FOR_BENCH=1 SNOWFLAKE_OTHER_MAJORS="18" SNOWFLAKE_REQUIRED_MAJORS="18" scripts/setup.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 . scripts/versions.sh
 pgrx_flags

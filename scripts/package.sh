@@ -95,6 +95,15 @@ for major in $majors; do
     } | gzip -9n > "$doc/changelog.Debian.gz"
     chmod 0644 "$doc"/*
 
+    # The server: any of its major, whose ABI holds from the release on; a
+    # build against a beta or release candidate, that one alone (the ABI
+    # may still change before the release).
+    server_version=$(debian_pg_version "$pg_config")
+    if [[ $server_version == *"~"* ]]; then
+        server_depends="postgresql-$major (>= $server_version), postgresql-$major (<< $server_version.)"
+    else
+        server_depends="postgresql-$major"
+    fi
     # The C library and unwinder versions the library needs, the Debian way.
     mkdir -p "$stage/debian"
     printf 'Source: snowflake-id\n\nPackage: %s\nArchitecture: any\n' "$name" > "$stage/debian/control"
@@ -108,7 +117,7 @@ Version: $upstream-$revision
 Architecture: $arch
 Maintainer: $maintainer
 Installed-Size: $(du -k -s --apparent-size --exclude=DEBIAN "$root" | cut -f 1)
-Depends: postgresql-$major, $shlibs
+Depends: $server_depends, $shlibs
 Source: snowflake-id
 Section: database
 Priority: optional

@@ -50,12 +50,14 @@ DEBIAN_URI=$(archive_uri "$codename")
 SECURITY_URI=$(archive_uri "$codename-security")
 # The build recipe of a major: raised when the way it is built below
 # changes, so that a cached build made the old way is not taken for one made
-# the new way. The benchmark's major (18) is built as distributions build
-# it: -O2, every part. The others serve the tests alone: -O1 and without
-# ecpg (embedded SQL in C, which nothing here uses), which takes about a
-# third off their compile on a machine as it comes.
+# the new way. For the benchmark (SNOWFLAKE_PG_FOR_BENCH=1, bench/run.sh),
+# its major (18) is built as distributions build it: -O2, every part. For
+# the tests every major is built -O1 and without ecpg (embedded SQL in C,
+# which nothing here uses), which takes about a third off its compile on a
+# machine as it comes. Both builds of 18 stay in the cache; the link
+# $CACHE/18 names the one asked for last.
 BENCH_MAJOR=18
-recipe_of() { [[ $1 == "$BENCH_MAJOR" ]] && echo r2 || echo r3-tests; }
+recipe_of() { [[ $1 == "$BENCH_MAJOR" && -n ${SNOWFLAKE_PG_FOR_BENCH-} ]] && echo r2 || echo r3-tests; }
 majors=("$@")
 ((${#majors[@]})) || majors=(13 17 18 19)
 
@@ -86,14 +88,17 @@ uri_of() { [[ $1 == *-security ]] && echo "$SECURITY_URI" || echo "$DEBIAN_URI";
 # Complete once contrib is in: configure puts the libraries in prefix/lib, or
 # in prefix/lib/postgresql when the prefix names no "postgres" or "pgsql".
 built() { [[ -x "$1/bin/pg_config" && -f "$("$1/bin/pg_config" --pkglibdir)/pg_stat_statements.so" ]]; }
-# A cached build of this major made by this recipe, whatever its version.
+# A cached build of this major made by this recipe, whatever its version;
+# but not a beta or release candidate, which gives way to a newer one (the
+# release, once a suite lists it): for those the lists are read again.
 # Where no source can be had, Debian's binary packages unpacked (see below).
 PACKAGES_RECIPE=deb1
 cached() {
     [[ -L "$CACHE/$1" ]] || return 1
     local target
     target=$(readlink "$CACHE/$1")
-    [[ $target == *"-$(recipe_of "$1")" || $target == *"-$PACKAGES_RECIPE" ]] && built "$CACHE/$1"
+    [[ $target == *"-$(recipe_of "$1")" || $target == *"-$PACKAGES_RECIPE" ]] && built "$CACHE/$1" &&
+        ! "$CACHE/$1/bin/pg_config" --version | grep -Eq '^PostgreSQL [0-9.]+(alpha|beta|rc|devel)'
 }
 
 # A private apt configuration: deb-src lines for other suites must not reach
@@ -207,12 +212,17 @@ for m in "${majors[@]}"; do
         # Built once per version; the lists are read only when a build is missing.
         say "Reading Debian's source package lists (from $DEBIAN_URI${SECURITY_URI:+ and $SECURITY_URI})"
         : >"$APT/sources.list"
+        # The indexes whose checksums the tarballs are checked against are
+        # checked in turn against Debian's archive keys alone, not any other
+        # key this machine's apt trusts.
+        signed_by=/usr/share/keyrings/debian-archive-keyring.gpg
+        [[ -r $signed_by ]] || signed_by=""
         for n in "${majors[@]}"; do
             for s in $(suites_of "$n"); do
                 uri=$(uri_of "$s")
                 # No security archive in apt's configuration: its suites are not asked.
                 [[ -n $uri ]] || continue
-                line="deb-src $uri $s main"
+                line="deb-src${signed_by:+ [signed-by=$signed_by]} $uri $s main"
                 grep -qxF "$line" "$APT/sources.list" || echo "$line" >>"$APT/sources.list"
             done
         done
@@ -249,20 +259,18 @@ for m in "${majors[@]}"; do
     done < <(indexed "$m"; pinned "$m")
     if [[ -z $found ]]; then
         # No source: Debian's binary packages of the same suites, on a C
-        # library of their own (postgres-from-packages.sh).
-        prefix="$CACHE/$m-$PACKAGES_RECIPE"
-        if built "$prefix"; then
-            found=$("$prefix/bin/pg_config" --version | awk '{print $2}')
-        elif [[ -n $(suites_of "$m") ]]; then
+        # library of their own (postgres-from-packages.sh), unpacked once
+        # per version.
+        if [[ -n $(suites_of "$m") ]]; then
             say "No source of PostgreSQL $m could be had: trying Debian's binary packages of it"
             out="$CACHE/$m-packages.log"
-            if "$(dirname "$0")/postgres-from-packages.sh" "$m" "$prefix" "$DEBIAN_URI" $(suites_of "$m" | tr ' ' '\n' | grep -v -- '-security$') >"$out" 2>&1 &&
-                built "$prefix"; then
+            if "$(dirname "$0")/postgres-from-packages.sh" "$m" "$CACHE/$m-{version}-$PACKAGES_RECIPE" "$DEBIAN_URI" \
+                $(suites_of "$m" | tr ' ' '\n' | grep -v -- '-security$') >"$out" 2>&1 &&
+                read -r version prefix < <(tail -n 1 "$out") && built "$prefix"; then
                 cat "$out"
-                found=$(tail -n 1 "$out")
+                found=$version
             else
                 cat "$out"
-                rm -rf "$prefix" "$prefix.part"
                 tried+=("its binary packages (see above)")
             fi
         fi
@@ -278,7 +286,7 @@ for m in "${majors[@]}"; do
     if built "$CACHE/$m-$found-$(recipe_of "$m")"; then
         ln -sfn "$CACHE/$m-$found-$(recipe_of "$m")" "$CACHE/$m"
     else
-        ln -sfn "$CACHE/$m-$PACKAGES_RECIPE" "$CACHE/$m"
+        ln -sfn "$CACHE/$m-$found-$PACKAGES_RECIPE" "$CACHE/$m"
     fi
     echo "PostgreSQL $m: $("$CACHE/$m/bin/pg_config" --version) (in $CACHE/$m)"
     report "$m available $found"

@@ -10,21 +10,26 @@
 #
 #   scripts/postgres-from-packages.sh <major> <prefix> <archive> <suite>...
 #
+# <prefix> names the directory to unpack into, with {version} where the
+# version goes: a version unpacked before is used again, a newer one listed
+# (the release after its candidate) is unpacked beside it.
 # The suites are asked in the order given: PostgreSQL's packages (those
 # built from postgresql-<major>, libpq among them) at the newest version
 # any suite lists; every other library from the first suite that lists it.
-# apt checks each index's signature and each package's checksum against
-# it. On success <prefix>/bin is the major's bindir, and the version
-# (Debian's, without its revision) is the last line printed.
+# apt checks each index's signature, against Debian's archive keys alone
+# (not any other key this machine's apt trusts), and each package's
+# checksum against the index. On success <prefix>/bin is the major's
+# bindir, and the last line printed is "<version> <prefix>" (Debian's
+# version, without its revision).
 set -euo pipefail
-m=$1 prefix=$2 uri=$3
+m=$1 template=$2 uri=$3
 shift 3
 suites=("$@")
 
 say() { printf '\n==> %s\n' "$*"; }
 loud() { printf '\n!!! %s\n' "$*" >&2; }
 
-APT="$(dirname "$prefix")/apt-binary-$m"
+APT="$(dirname "$template")/apt-binary-$m"
 mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial"
 : >"$APT/status"
 apt_opts=(-o "Dir::Etc::SourceList=$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null
@@ -32,7 +37,9 @@ apt_opts=(-o "Dir::Etc::SourceList=$APT/sources.list" -o Dir::Etc::SourceParts=/
     -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "Dir::State::status=$APT/status"
     -o "APT::Architecture=$(dpkg --print-architecture)" -o APT::Architectures::=)
 : >"$APT/sources.list"
-for s in "${suites[@]}"; do echo "deb $uri $s main" >>"$APT/sources.list"; done
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[[ -r $keyring ]] || { loud "$keyring is missing (Debian's package debian-archive-keyring): the packages' signatures cannot be checked"; exit 1; }
+for s in "${suites[@]}"; do echo "deb [signed-by=$keyring] $uri $s main" >>"$APT/sources.list"; done
 say "Reading Debian's binary package lists of ${suites[*]} (for PostgreSQL $m's packages)"
 apt-get "${apt_opts[@]}" update -q 2>&1 | grep -v '^\(Hit\|Get\|Ign\|Reading\)' || true
 
@@ -116,6 +123,14 @@ print("version", re.sub(r"-[^-]*$", "", re.sub(r"^\d+:", "", version)))
 ' "$m")
 version=$(awk '$1 == "version" { print $2 }' <<<"$plan")
 mapfile -t packages < <(grep '=' <<<"$plan")
+# Only the major asked for: 19, 19.1, 19~rc1, never 190 or 20.
+[[ $version =~ ^$m([.~]|$) ]] || { loud "the newest postgresql-$m listed is $version: not PostgreSQL $m"; exit 1; }
+prefix=${template//\{version\}/$version}
+if [[ -x $prefix/bin/pg_config ]] && [[ $("$prefix/bin/pg_config" --version) == "PostgreSQL ${version//\~/} "* ]]; then
+    echo "PostgreSQL $version: unpacked before, in $prefix"
+    echo "$version $prefix"
+    exit 0
+fi
 
 say "PostgreSQL $version from Debian's binary packages: ${#packages[@]} packages (PostgreSQL's and the libraries they need)"
 work="$prefix.part"
@@ -150,11 +165,13 @@ rm -rf "$prefix"
 mv "$work" "$prefix"
 ln -s "root/$bindir" "$prefix/bin"
 
-# Every program's libraries resolve inside the directory, or it is not used.
+# Every library a program links resolves inside the directory, or it is
+# not used (asked of its loader as nobody: root runs nothing of it before).
 for f in "${programs[@]}"; do
     f="$prefix/root/${f#"$root/"}"
-    out=$("$prefix/root/$loader" --list "$f" 2>&1) || { loud "$f does not load: $out"; exit 1; }
+    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$prefix/root/$loader" --list "$f" 2>&1) ||
+        { loud "$f does not load: $out"; exit 1; }
     outside=$(awk '/=>/ && $3 !~ "^'"$prefix/root"'/" { print $1 " => " $3 }' <<<"$out")
     [[ -z $outside ]] || { loud "$f would load libraries from outside $prefix/root: $outside"; exit 1; }
 done
-echo "$version"
+echo "$version $prefix"

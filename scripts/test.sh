@@ -258,7 +258,7 @@ scripts/setup.sh --packages
 : >"$BUILDS_REPORT"
 builds_pid=""
 if [[ -n $builds_order ]]; then
-    step "PostgreSQL $builds_order: built from source in the background (log: $LOGS/postgres-builds.log)"
+    step "PostgreSQL $builds_order: built from source in the background, or unpacked from Debian's packages where no source is served (log: $LOGS/postgres-builds.log)"
     (
         rc=0
         SNOWFLAKE_BUILDS_REPORT="$BUILDS_REPORT" scripts/postgres-builds.sh $builds_order || rc=$?
@@ -416,9 +416,9 @@ find_newest() {
         fi
     done
 }
-# Whether a major's build is a beta or release candidate (Debian's version
-# has a tilde: 19~rc1).
-prerelease() { grep -q "^$1 available [^ ]*~" "$BUILDS_REPORT"; }
+# Whether a major's build is a beta or release candidate: 19~rc1 (Debian's
+# version, from a fresh build) or 19rc1 (pg_config's, from the cache).
+prerelease() { grep -Eq "^$1 available [0-9.]*(~|alpha|beta|rc|devel)" "$BUILDS_REPORT"; }
 # Every real-server test and Citus run on the newest major, and where that
 # is a pre-release, on the newest release as well: what most servers run
 # keeps every test while the next major is tried.

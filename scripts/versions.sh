@@ -29,7 +29,8 @@ pgrx_flags() {
     PGRX_CARGO_FLAGS=()
     if [[ -n $have && $(printf '%s\n%s\n' "$have" "$PGRX_RUST_VERSION" | sort -V | head -n 1) != "$PGRX_RUST_VERSION" ]]; then
         PGRX_CARGO_FLAGS=(--ignore-rust-version)
-        export PGRX_BUILD_FLAGS="--ignore-rust-version"
+        [[ " ${PGRX_BUILD_FLAGS-} " == *" --ignore-rust-version "* ]] ||
+            export PGRX_BUILD_FLAGS="${PGRX_BUILD_FLAGS:+$PGRX_BUILD_FLAGS }--ignore-rust-version"
     fi
 }
 pgrx_test() {
@@ -39,4 +40,9 @@ pgrx_test() {
     else
         cargo pgrx test "$@"
     fi
+}
+# The version of the PostgreSQL whose pg_config is $1, the Debian way: a
+# beta or release candidate sorts before its release (19rc1 is 19~rc1).
+debian_pg_version() {
+    "$1" --version | awk '{print $2}' | sed -E 's/^([0-9.]+)(alpha|beta|rc|devel)/\1~\2/'
 }

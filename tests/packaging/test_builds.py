@@ -10,7 +10,9 @@ offered, which is what a machine sees when every suite that carries a major
 has moved on or is served late.
 """
 
+import glob
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -142,3 +144,54 @@ def test_postgresql_sources_are_asked_of_the_mirror_apt_is_configured_with(tmp):
     # bookworm-updates carries no PostgreSQL 17: said as such, from that mirror's lists.
     with open(os.path.join(tmp, "report")) as f:
         assert f.read().startswith("17 unavailable no source of PostgreSQL 17"), out[-3000:]
+
+
+def test_a_major_whose_source_is_not_served_runs_from_debians_binary_packages_on_their_own_libraries(tmp):
+    """What the builds fall back to where no archive serves a major's source
+    (experimental's 19 on this machine's mirror): Debian's binary packages
+    of it, unpacked with every library they link into one directory. Every
+    program there loads its libraries, the C library among them, from that
+    directory alone (asked of its own loader, not of the script that set it
+    up), nothing is written outside it, and the server it holds starts and
+    answers."""
+    cache = os.path.join(tmp, "cache")
+    os.makedirs(cache)
+    # Its check runs as nobody, as the servers run as postgres.
+    os.chmod(tmp, 0o755)
+    r = subprocess.run([os.path.join(REPO, "scripts", "postgres-from-packages.sh"), "19",
+                        os.path.join(cache, "19-{version}-deb1"), machines_archive("bookworm"), "sid", "forky",
+                        "experimental"], capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    version, prefix = r.stdout.splitlines()[-1].split()
+    assert prefix == os.path.join(cache, f"19-{version}-deb1") and version.startswith("19"), out[-3000:]
+    root = os.path.join(prefix, "root")
+    loaders = glob.glob(os.path.join(root, "usr/lib/*/ld-linux*.so.*"))
+    assert len(loaders) == 1, loaders
+    def elf(path):
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    programs = [p for p in glob.glob(os.path.join(prefix, "bin", "*")) if os.access(p, os.X_OK) and elf(p)]
+    assert {"postgres", "initdb", "pg_ctl", "pg_upgrade", "pg_dump", "psql", "pg_config"} <= {os.path.basename(p) for p in programs}
+    for p in programs:
+        listed = subprocess.run([loaders[0], "--list", p], capture_output=True, text=True, check=True).stdout
+        resolved = [line.split("=>")[1].split()[0] for line in listed.splitlines() if "=>" in line]
+        assert resolved, listed
+        outside = [lib for lib in resolved if not os.path.realpath(lib).startswith(root + os.sep)]
+        assert outside == [], f"{p} loads {outside}"
+    # Unpacked, not installed: dpkg knows none of it.
+    assert subprocess.run(["dpkg-query", "-W", "postgresql-19"], capture_output=True).returncode != 0
+    pg_config = os.path.join(prefix, "bin", "pg_config")
+    # Moved with its directory: its paths are the directory's.
+    assert subprocess.run([pg_config, "--pkglibdir"], capture_output=True, text=True,
+                          check=True).stdout.startswith(root + os.sep)
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    shutil.chown(tmp, "postgres")
+    shutil.chown(data, "postgres")
+    as_postgres = ["sudo", "-u", "postgres", "env", "LC_ALL=C.UTF-8"]
+    subprocess.run([*as_postgres, os.path.join(prefix, "bin", "initdb"), "-D", data, "-A", "trust"],
+                   capture_output=True, check=True)
+    r = subprocess.run([*as_postgres, os.path.join(prefix, "bin", "postgres"), "--single", "-D", data, "postgres"],
+                       input="SELECT 'answer:' || version();\n", capture_output=True, text=True, timeout=120)
+    assert f"answer:PostgreSQL {version.replace('~', '')}" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]

@@ -16,6 +16,7 @@ tests/packaging/test_packages.py --remove-stand-ins` clears what an interrupted 
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,12 @@ PACKAGES = os.environ.get("SNOWFLAKE_PACKAGE_DIR") or os.path.join(
 def pg_config(bin_dir, what):
     """What the pg_config in `bin_dir` says about `what` (e.g. --pkglibdir)."""
     return subprocess.run([f"{bin_dir}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def debian_version(bin_dir):
+    """The version of the PostgreSQL in bin_dir, the Debian way: a beta or
+    release candidate sorts before its release (19rc1 is 19~rc1)."""
+    return re.sub(r"^([0-9.]+)(alpha|beta|rc|devel)", r"\1~\2", pg_config(bin_dir, "--version").split()[1])
 
 
 def name_of(major):
@@ -91,7 +98,13 @@ def test_each_package_declares_its_postgresql_and_holds_the_extension_in_debian_
     assert os.path.basename(deb) == f"{name_of(major)}_{package_version()}_{ARCH}.deb"
     assert field(deb, "Architecture") == ARCH
     depends = [d.strip() for d in field(deb, "Depends").split(",")]
-    assert depends[0] == f"postgresql-{major}", depends
+    bin_dir = "/usr/lib/postgresql/15/bin" if major == SYSTEM_MAJOR else os.path.join(PG_CACHE, major, "bin")
+    server = debian_version(bin_dir)
+    if "~" in server:
+        # Built against a beta or release candidate: that one alone.
+        assert depends[:2] == [f"postgresql-{major} (>= {server})", f"postgresql-{major} (<< {server}.)"], depends
+    else:
+        assert depends[0] == f"postgresql-{major}", depends
     assert any(d.startswith("libc6 (>= ") for d in depends), depends
     lib, ext, doc = f"/usr/lib/postgresql/{major}/lib", f"/usr/share/postgresql/{major}/extension", \
         f"/usr/share/doc/{name_of(major)}"
@@ -110,7 +123,8 @@ def test_a_package_for_a_postgresql_this_machine_lacks_is_refused_for_that_reaso
             pytest.skip(f"postgresql-{major} is installable here (apt.postgresql.org?): nothing to refuse")
         r = apt("install", "--simulate", deb_of(major), check=False)
         assert r.returncode != 0
-        assert f"Depends: postgresql-{major} but it is not installable" in r.stdout + r.stderr, r.stdout + r.stderr
+        out = r.stdout + r.stderr
+        assert re.search(rf"Depends: postgresql-{major}( \([^)]*\))? but it is not installable", out), out
 
 
 def _save(paths, into):
@@ -205,7 +219,7 @@ def _debian_paths(major):
     return f"/usr/lib/postgresql/{major}", f"/usr/share/postgresql/{major}"
 
 
-def _make_stand_in(major, bin_dir):
+def _make_stand_in(major, bin_dir, version=None):
     """Debian's paths of postgresql-NN, as links into this project's build of
     NN, and a package that provides postgresql-NN, so that apt and dpkg treat
     the package for NN as they would next to apt.postgresql.org's."""
@@ -220,10 +234,10 @@ def _make_stand_in(major, bin_dir):
 
     stage = tempfile.mkdtemp()
     os.makedirs(os.path.join(stage, "DEBIAN"))
-    upstream = pg_config(bin_dir, "--version").split()[1]
+    upstream = version or debian_version(bin_dir)
     with open(os.path.join(stage, "DEBIAN", "control"), "w") as f:
         f.write(f"Package: snowflake-id-test-postgresql-{major}\nVersion: {upstream}-0\nArchitecture: all\n"
-                f"Maintainer: snowflake_id tests <root@localhost>\nProvides: postgresql-{major}\n"
+                f"Maintainer: snowflake_id tests <root@localhost>\nProvides: postgresql-{major} (= {upstream}-0)\n"
                 f"Description: stands in for postgresql-{major} in snowflake_id's package test\n"
                 f" The PostgreSQL {upstream} build in {bin_dir}, linked at Debian's paths.\n")
     stand_in = os.path.join(stage, f"snowflake-id-test-postgresql-{major}.deb")
@@ -289,6 +303,27 @@ def test_each_other_package_installs_with_apt_and_serves_its_major(major):
             os.remove(p)
         _restore(saved, keep)
         shutil.rmtree(keep)
+
+
+def test_a_package_built_against_a_prerelease_refuses_any_other_version_of_its_major():
+    """The ABI of a major holds from its release on, not between a release
+    candidate and the release: the package built against 19~rc1 is refused
+    next to a 19.0, for that reason."""
+    pre = [m for m in OTHER_MAJORS if "~" in debian_version(os.path.join(PG_CACHE, m, "bin"))]
+    if not pre:
+        pytest.skip("no major here is a beta or release candidate")
+    for major in pre:
+        remove_stand_ins()
+        try:
+            _make_stand_in(major, os.path.join(PG_CACHE, major, "bin"), version=f"{major}.0")
+            r = apt("install", "--simulate", deb_of(major), check=False)
+            out = r.stdout + r.stderr
+            assert r.returncode != 0, out
+            # apt writes the bound that fails; "<<" as "<".
+            assert re.search(rf"Depends: postgresql-{major} \(<<? {re.escape(debian_version(os.path.join(PG_CACHE, major, 'bin')))}\.\)",
+                             out), out
+        finally:
+            remove_stand_ins()
 
 
 if __name__ == "__main__":
