@@ -3,7 +3,7 @@
 # kept beside the project (../shared/vendor: no registry here serves them),
 # and installs it into a PostgreSQL. Each build is cached outside the
 # repository, keyed by the Citus version, the PostgreSQL version it was
-# built against and the recipe, as an install image; a second run only
+# built against, where that PostgreSQL lives, and the recipe, as an install image; a second run only
 # copies the image in.
 #
 #   scripts/citus-builds.sh <pg_config>
@@ -48,7 +48,11 @@ tarball="citus-$citus-src.tar.gz"
 patches=()
 [[ $citus == 13.2.2 ]] && patches=(citus-13.2.2-pg15.20.patch)
 
-key="$CACHE/$citus-pg$pg_version-$RECIPE"
+# The image holds its files at the paths of the PostgreSQL it was built
+# against: keyed by where that PostgreSQL is too (two builds of one version,
+# as the benchmark's and the tests' builds of 18 are, each get their own).
+where=$(cd "$(dirname "$PG_CONFIG")" && pwd -P)
+key="$CACHE/$citus-pg$pg_version-$RECIPE-$(printf '%s' "$where" | sha256sum | cut -c1-12)"
 image="$key/image"
 if [[ ! -f "$key/complete" ]]; then
     [[ -d $VENDOR ]] || unavailable "its sources are not here ($VENDOR does not exist: a clone without ../shared)"

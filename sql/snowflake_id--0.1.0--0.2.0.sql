@@ -471,7 +471,9 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 CREATE TABLE snowflake_id.snowflake_floors (
     system_identifier bigint NOT NULL,
     covers bigint[] NOT NULL DEFAULT '{}',
-    subscriptions_lsn pg_catalog.pg_lsn,
+    -- The state of the database's subscriptions' finished initial copies
+    -- when this server floored, as one number (the core's copies_state).
+    subscription_copies bigint,
     floor bigint,
     -- A backfill lease (snowflake_nextval_at), written in the transaction
     -- that took it: the ticks it covers and the depth it raised them to,
@@ -506,7 +508,7 @@ BEGIN
     END IF;
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         NEW.covers := '{}';
-        NEW.subscriptions_lsn := NULL;
+        NEW.subscription_copies := NULL;
         NEW.floor := NULL;
         IF NEW.backfilled IS NOT NULL THEN
             NEW.backfilled := NULL;

@@ -280,27 +280,34 @@ fn record() -> Option<pg_sys::Oid> {
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
-/// The record's rows, and where this database's subscriptions' newest
-/// finished initial copy ended. Read-only statements (pgrx's
+/// The record's rows, and the state of this database's subscriptions'
+/// finished initial copies. Read-only statements (pgrx's
 /// `Spi::get_one` would give the caller's transaction an XID, and its
 /// commit a wait for a synchronous standby that may never answer), as
 /// plain as they can be: they run in every session's first ID, where a
 /// cold backend pays for each operator and aggregate it looks up.
 fn read_record() -> (Vec<FloorRow>, Option<u64>) {
     spi::ok(Spi::connect(|client| {
-        let mut lsn: Option<u64> = None;
+        let mut finished = Vec::new();
         for row in client.select(
-            "SELECT srsublsn::pg_catalog.text FROM pg_catalog.pg_subscription_rel WHERE srsubstate IN ('s', 'r')",
+            "SELECT srsubid, srrelid, srsublsn::pg_catalog.text FROM pg_catalog.pg_subscription_rel
+             WHERE srsubstate IN ('s', 'r')",
             None,
             &[],
         )? {
-            if let Some(l) = row.get::<String>(1)?.as_deref().and_then(parse_lsn) {
-                lsn = lsn.max(Some(l));
-            }
+            finished.push(copies::FinishedCopy {
+                subscription: row.get::<pg_sys::Oid>(1)?.map_or(0, |o| o.to_u32()),
+                table: row.get::<pg_sys::Oid>(2)?.map_or(0, |o| o.to_u32()),
+                lsn: row
+                    .get::<String>(3)?
+                    .as_deref()
+                    .and_then(parse_lsn)
+                    .unwrap_or(0),
+            });
         }
         let mut rows = Vec::new();
         for row in client.select(
-            "SELECT system_identifier, covers, subscriptions_lsn::pg_catalog.text, floor
+            "SELECT system_identifier, covers, subscription_copies, floor
              FROM snowflake_id.snowflake_floors WHERE backfilled IS NULL",
             None,
             &[],
@@ -308,11 +315,11 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
             rows.push(FloorRow {
                 system_identifier: row.get::<i64>(1)?.unwrap_or(0),
                 covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
-                subscriptions_lsn: row.get::<String>(3)?.as_deref().and_then(parse_lsn),
+                subscription_copies: row.get::<i64>(3)?.map(|v| v as u64),
                 floor: row.get::<i64>(4)?,
             });
         }
-        Ok((rows, lsn))
+        Ok((rows, copies::copies_state(&finished)))
     }))
 }
 
@@ -322,22 +329,21 @@ fn parse_lsn(text: &str) -> Option<u64> {
     Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
 }
 
-/// Adds this server's row: it floored, covering `covers`, through the
-/// subscriptions' copies up to `lsn`, above `floor`. Not where the
-/// transaction cannot write (the floor holds all the same, in the mark:
-/// the next start floors again).
-fn write_record(me: i64, covers: &[i64], lsn: Option<u64>, floor: Option<i64>) -> bool {
+/// Adds this server's row: it floored, covering `covers`, with the
+/// subscriptions' finished copies in the state `copies`, above `floor`.
+/// Not where the transaction cannot write (the floor holds all the same,
+/// in the mark: the next start floors again).
+fn write_record(me: i64, covers: &[i64], copies: Option<u64>, floor: Option<i64>) -> bool {
     if process::read_only_transaction() {
         return false;
     }
-    let lsn = lsn.map(|l| format!("{:X}/{:X}", l >> 32, l & 0xffff_ffff));
     spi::run(
-        "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscriptions_lsn, floor)
-         VALUES ($1, $2, $3::pg_catalog.pg_lsn, $4)",
+        "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscription_copies, floor)
+         VALUES ($1, $2, $3, $4)",
         &[
             DatumWithOid::from(me),
             DatumWithOid::from(covers.to_vec()),
-            DatumWithOid::from(lsn),
+            DatumWithOid::from(copies.map(|v| v as i64)),
             DatumWithOid::from(floor),
         ],
     );
@@ -358,21 +364,24 @@ pub fn floor_if_copied(
         let Some(oid) = record() else {
             return Err(not_updated());
         };
-        let (rows, lsn) = read_record();
-        let Some(_) = copies::floor_needed(me, &rows, lsn) else {
+        let (rows, copies_now) = read_record();
+        let Some(_) = copies::floor_needed(me, &rows, copies_now) else {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
         let db = process::database_id().to_u32();
         // Floored since start, its floor's transaction not yet ended.
-        if shm.floored.holds(db, copies::fingerprint(&rows, lsn)) {
+        if shm
+            .floored
+            .holds(db, copies::fingerprint(&rows, copies_now))
+        {
             return Ok(());
         }
         // One floor at a time in a database; the next reads the record the
         // first wrote, once the first's transaction has ended.
         lock::relation(oid, lock::Mode::ShareUpdateExclusive);
-        let (rows, lsn) = read_record();
-        let Some(why) = copies::floor_needed(me, &rows, lsn) else {
+        let (rows, copies_now) = read_record();
+        let Some(why) = copies::floor_needed(me, &rows, copies_now) else {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
@@ -415,11 +424,11 @@ pub fn floor_if_copied(
             0 => said,
             n => format!("{said}; {n} backfill lease(s) of the record raised this server's"),
         };
-        shm.floored.note(db, copies::fingerprint(&rows, lsn));
+        shm.floored.note(db, copies::fingerprint(&rows, copies_now));
         let recorded = write_record(
             me,
             &copies::covered(me, &rows),
-            lsn,
+            copies_now,
             found.highest.as_ref().map(|h| h.0),
         );
         log!(
@@ -579,8 +588,8 @@ pub fn resume_above_everything(
         };
         let said = mark::admin::floor_above(shm, cfg, lim, id, standby_wait_ms)?;
         if record().is_some() {
-            let (rows, lsn) = read_record();
-            write_record(me, &copies::covered(me, &rows), lsn, Some(id));
+            let (rows, copies_now) = read_record();
+            write_record(me, &copies::covered(me, &rows), copies_now, Some(id));
         }
         Ok(format!(
             "{said} (the highest of {} column(s), in {at}, read in {} ms)",

@@ -21,9 +21,9 @@ pub struct FloorRow {
     pub system_identifier: i64,
     /// The other servers whose rows were there when this server floored.
     pub covers: Vec<i64>,
-    /// The largest LSN at which a table of a subscription of this database
-    /// had finished its initial copy when this server floored.
-    pub subscriptions_lsn: Option<u64>,
+    /// The state of this database's subscriptions' finished initial copies
+    /// when this server floored (`subscription_copies`), if any had finished.
+    pub subscription_copies: Option<u64>,
     /// The highest ID the floor found.
     pub floor: Option<i64>,
 }
@@ -58,10 +58,57 @@ impl Why {
     }
 }
 
+/// One finished initial copy of a table by a subscription: the
+/// subscription's and the table's oids, and the publisher's LSN at which
+/// the copy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FinishedCopy {
+    pub subscription: u32,
+    pub table: u32,
+    pub lsn: u64,
+}
+
+/// The state of a database's subscriptions' finished initial copies as one
+/// number, the same in every process, or `None` where no copy has
+/// finished. The whole set, not its newest LSN: the LSNs of two publishers
+/// say nothing of each other, and a table copied from a publisher whose
+/// WAL is shorter than another's ends at a smaller LSN, yet after it.
+pub fn copies_state(copies: &[FinishedCopy]) -> Option<u64> {
+    if copies.is_empty() {
+        return None;
+    }
+    let mut copies = copies.to_vec();
+    copies.sort_unstable();
+    let mut h = Fnv::new();
+    for c in &copies {
+        h.eat(u64::from(c.subscription));
+        h.eat(u64::from(c.table));
+        h.eat(c.lsn);
+    }
+    Some(h.finish())
+}
+
+/// FNV-1a over 64-bit words: stable across processes and builds.
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn eat(&mut self, v: u64) {
+        for b in v.to_le_bytes() {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0.max(1)
+    }
+}
+
 /// Whether the database whose record is `rows` must be floored before this
-/// server (`me`) issues in it; `subscriptions_lsn` is where the newest
-/// finished initial copy of its subscriptions ended, if any did.
-pub fn floor_needed(me: i64, rows: &[FloorRow], subscriptions_lsn: Option<u64>) -> Option<Why> {
+/// server (`me`) issues in it; `copies` is the state of its subscriptions'
+/// finished initial copies (`copies_state`), if any finished.
+pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<Why> {
     if rows.is_empty() {
         return Some(Why::NoRecord);
     }
@@ -80,11 +127,13 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], subscriptions_lsn: Option<u64>) 
     if !others.is_empty() {
         return Some(Why::OtherServers(others));
     }
-    let floored_through = mine.iter().filter_map(|m| m.subscriptions_lsn).max();
-    match (subscriptions_lsn, floored_through) {
-        (Some(now), Some(then)) if now <= then => None,
-        (Some(_), _) => Some(Why::InitialCopy),
-        (None, _) => None,
+    // A floor of this server made with the copies as they are now covers
+    // them; any other state (a table copied since, from whichever
+    // publisher) needs a floor of its own.
+    match copies {
+        Some(now) if mine.iter().any(|m| m.subscription_copies == Some(now)) => None,
+        Some(_) => Some(Why::InitialCopy),
+        None => None,
     }
 }
 
@@ -103,31 +152,25 @@ pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<i64> {
 /// The state of a database's record (and of its subscriptions' copies) as
 /// one number, the same in every process, never 0: a floor made against
 /// one state holds while the record stays in it.
-pub fn fingerprint(rows: &[FloorRow], subscriptions_lsn: Option<u64>) -> u64 {
+pub fn fingerprint(rows: &[FloorRow], copies: Option<u64>) -> u64 {
     let mut rows: Vec<(i64, Vec<i64>, Option<u64>)> = rows
         .iter()
         .map(|r| {
             let mut covers = r.covers.clone();
             covers.sort_unstable();
-            (r.system_identifier, covers, r.subscriptions_lsn)
+            (r.system_identifier, covers, r.subscription_copies)
         })
         .collect();
     rows.sort_unstable();
-    // FNV-1a over the fields: stable across processes and builds.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |v: u64| {
-        for b in v.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    for (s, covers, lsn) in &rows {
-        eat(*s as u64);
-        eat(covers.len() as u64);
-        covers.iter().for_each(|c| eat(*c as u64));
-        eat(lsn.map_or(u64::MAX, |l| l));
+    let mut h = Fnv::new();
+    for (s, covers, state) in &rows {
+        h.eat(*s as u64);
+        h.eat(covers.len() as u64);
+        covers.iter().for_each(|c| h.eat(*c as u64));
+        h.eat(state.map_or(u64::MAX, |l| l));
     }
-    eat(subscriptions_lsn.map_or(u64::MAX, |l| l));
-    h.max(1)
+    h.eat(copies.map_or(u64::MAX, |l| l));
+    h.finish()
 }
 
 /// How far ahead of this server's clock the time inside IDs may continue
@@ -166,11 +209,11 @@ pub fn plausible_upper(layout: &Layout, now_ms: i64) -> i64 {
 mod tests {
     use super::*;
 
-    fn row(s: i64, covers: &[i64], lsn: Option<u64>) -> FloorRow {
+    fn row(s: i64, covers: &[i64], copies: Option<u64>) -> FloorRow {
         FloorRow {
             system_identifier: s,
             covers: covers.to_vec(),
-            subscriptions_lsn: lsn,
+            subscription_copies: copies,
             floor: None,
         }
     }
@@ -215,15 +258,52 @@ mod tests {
         assert_eq!(floor_needed(9, &[], None), Some(Why::NoRecord));
     }
 
+    fn copy(subscription: u32, table: u32, lsn: u64) -> FinishedCopy {
+        FinishedCopy {
+            subscription,
+            table,
+            lsn,
+        }
+    }
+
     #[test]
     fn a_finished_initial_copy_is_floored_once() {
+        let one = copies_state(&[copy(1, 10, 0x0700_5558)]);
         let created = [row(9, &[], None)];
-        assert_eq!(floor_needed(9, &created, Some(100)), Some(Why::InitialCopy));
-        let floored = [row(9, &[], None), row(9, &[], Some(100))];
-        assert_eq!(floor_needed(9, &floored, Some(100)), None);
+        assert_eq!(floor_needed(9, &created, one), Some(Why::InitialCopy));
+        let floored = [row(9, &[], None), row(9, &[], one)];
+        assert_eq!(floor_needed(9, &floored, one), None);
         // A table added to the publication later and copied.
-        assert_eq!(floor_needed(9, &floored, Some(250)), Some(Why::InitialCopy));
+        let two = copies_state(&[copy(1, 10, 0x0700_5558), copy(1, 11, 0x0800_0000)]);
+        assert_eq!(floor_needed(9, &floored, two), Some(Why::InitialCopy));
         assert_eq!(floor_needed(9, &floored, None), None);
+    }
+
+    #[test]
+    fn a_copy_from_a_publisher_with_less_wal_is_floored_too() {
+        // The first publisher's copy ended at 0/07005558; a second
+        // subscription's, from a publisher whose WAL is shorter, at
+        // 0/02550A38, later.
+        let first = copies_state(&[copy(1, 10, 0x0700_5558)]);
+        let floored = [row(9, &[], None), row(9, &[], first)];
+        let both = copies_state(&[copy(1, 10, 0x0700_5558), copy(2, 20, 0x0255_0A38)]);
+        assert_eq!(floor_needed(9, &floored, both), Some(Why::InitialCopy));
+        // A table copied again (a re-initialised publisher) at a smaller LSN.
+        let again = copies_state(&[copy(1, 10, 0x0100_0000)]);
+        assert_eq!(floor_needed(9, &floored, again), Some(Why::InitialCopy));
+    }
+
+    #[test]
+    fn the_copies_state_is_the_set_whatever_its_order() {
+        let a = [copy(1, 10, 5), copy(2, 20, 7)];
+        let b = [copy(2, 20, 7), copy(1, 10, 5)];
+        assert_eq!(copies_state(&a), copies_state(&b));
+        assert_ne!(copies_state(&a), copies_state(&a[..1]));
+        assert_ne!(
+            copies_state(&a),
+            copies_state(&[copy(1, 10, 5), copy(2, 20, 8)])
+        );
+        assert_eq!(copies_state(&[]), None);
     }
 
     #[test]

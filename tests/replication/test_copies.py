@@ -122,6 +122,45 @@ def test_a_logical_initial_copy_is_floored_by_the_extension():
         assert "a subscription copied tables into it" in b.log_text()
 
 
+def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
+    """Two subscriptions from two publishers. The second copy ends at an LSN
+    of its own publisher's that is smaller than where the first copy ended
+    on the first publisher's: LSNs of two publishers say nothing of each
+    other, and the second copy is floored all the same (where the newest
+    LSN was compared, it was not, and its IDs came again)."""
+    ddl = "CREATE TABLE {t} (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v text)"
+    with servers() as made:
+        p1 = Server("lsn-p1", conf={"wal_level": "logical", "snowflake_id.worker_id": 10})
+        p2 = Server("lsn-p2", conf={"wal_level": "logical"})
+        made.extend([p1, p2])
+        p1.start()
+        p2.start()
+        p1.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="a") +
+               "; INSERT INTO a (v) SELECT 'a' FROM generate_series(1, 100)")
+        # The first publisher's WAL runs far ahead of the second's.
+        p1.sql("CREATE TABLE filler AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 400000) g")
+        p1.sql("CREATE PUBLICATION pa FOR TABLE a")
+        # The second publisher shares the copy's worker id: its IDs are
+        # the ones the copy could issue again.
+        p2.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="b") +
+               "; INSERT INTO b (v) SELECT 'b' FROM generate_series(1, 20000)")
+        p2.sql("CREATE PUBLICATION pb FOR TABLE b")
+        s = copy_target(made, "lsn-s")
+        s.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="a") + "; " + ddl.format(t="b"))
+        s.one("SELECT snowflake_nextval()")
+        for sub, pub, pubsrv, table in (("sa", "pa", p1, "a"), ("sb", "pb", p2, "b")):
+            s.sql(f"CREATE SUBSCRIPTION {sub} CONNECTION 'host={pubsrv.dir} port={pubsrv.port} user=postgres"
+                  f" dbname=postgres' PUBLICATION {pub}")
+            s.wait_for(f"SELECT count(*) = 1 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel"
+                       f" WHERE srrelid = '{table}'::regclass", timeout=120, what=f"the copy of {table} did not end")
+            # A new session's first ID, after each copy.
+            assert s.one(f"SELECT snowflake_nextval() > (SELECT max(id) FROM {table})") is True, table
+        lsn = dict(s.sql("SELECT srrelid::regclass::text, srsublsn FROM pg_subscription_rel"))
+        assert s.one(f"SELECT '{lsn['b']}'::pg_lsn < '{lsn['a']}'::pg_lsn") is True, \
+            f"the case is not made: the second copy ended at {lsn['b']}, not below the first's {lsn['a']}"
+        assert s.log_text().count("was floored because a subscription copied tables into it") == 2, s.log_text()[-3000:]
+
+
 def data_rows(s, table):
     return s.one(f"SELECT count(*) FROM {table}")
 
