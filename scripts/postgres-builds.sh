@@ -52,12 +52,25 @@ SECURITY_URI=$(archive_uri "$codename-security")
 # changes, so that a cached build made the old way is not taken for one made
 # the new way. For the benchmark (SNOWFLAKE_PG_FOR_BENCH=1, bench/run.sh),
 # its major (18) is built as distributions build it: -O2, every part. For
-# the tests every major is built -O1 and without ecpg (embedded SQL in C,
-# which nothing here uses), which takes about a third off its compile on a
-# machine as it comes. Both builds of 18 stay in the cache; the link
-# $CACHE/18 names the one asked for last.
+# the tests, without ecpg (embedded SQL in C, which nothing here uses): the
+# two newest majors of versions.sh at -O1 (they may run every real-server
+# test), the others at -O0 (their tests are few and light: #[pg_test],
+# the regression files, the update); each step takes about a third off a
+# compile on a machine as it comes, where the compiles share its two cores
+# with the extension's builds. Both builds of 18 stay in the cache; the
+# link $CACHE/18 names the one asked for last.
 BENCH_MAJOR=18
-recipe_of() { [[ $1 == "$BENCH_MAJOR" && -n ${SNOWFLAKE_PG_FOR_BENCH-} ]] && echo r2 || echo r3-tests; }
+. "$(dirname "$0")/versions.sh"
+FULL_BUILDS=" $(tr ' ' '\n' <<<"$OTHER_MAJORS" | sed '/^$/d' | sort -rn | head -n 2 | xargs) "
+recipe_of() {
+    if [[ $1 == "$BENCH_MAJOR" && -n ${SNOWFLAKE_PG_FOR_BENCH-} ]]; then
+        echo r2
+    elif [[ $FULL_BUILDS == *" $1 "* ]]; then
+        echo r3-tests
+    else
+        echo r4-light
+    fi
+}
 majors=("$@")
 ((${#majors[@]})) || majors=(13 17 18 19)
 
@@ -176,6 +189,7 @@ build() {
         local cflags=()
         if [[ $(recipe_of "$m") != r2 ]]; then
             cflags=(CFLAGS=-O1)
+            [[ $(recipe_of "$m") == r4-light ]] && cflags=(CFLAGS=-O0)
             sed -i 's/^SUBDIRS = libpq ecpg$/SUBDIRS = libpq/' src/interfaces/Makefile
             grep -q '^SUBDIRS = libpq$' src/interfaces/Makefile || { loud "src/interfaces/Makefile of $version: ecpg not found where expected"; return 1; }
         fi
