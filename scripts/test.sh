@@ -24,7 +24,8 @@
 #      source could be had: the #[pg_test] tests, the regression files and
 #      the update on each, and every real-server test and Citus on the
 #      newest, and on the newest release too where the newest is a beta or
-#      release candidate (19rc1 and 18, today); pg_upgrade into each, from
+#      release candidate (19rc1 and 18, today: there all but the client
+#      recipes, which 15 and the newest run); pg_upgrade into each, from
 #      the oldest, and into the newest from the major before it
 #   8. the Debian packages (scripts/package.sh): their fields and files,
 #      each installed with apt and used by a fresh server
@@ -462,8 +463,15 @@ installed() { [[ -f "$LOGS/installed-$1" ]]; }
 other_lane() {
     local m=$1 bin=$2 rc=0 from
     export PG_BIN="$bin" PG_REGRESS="$(dirname "$("$bin/pg_config" --pgxs)")/../test/regress/pg_regress"
-    if full_tests "$m"; then
+    if [[ $m == "$newest" ]]; then
         layer "$m" server "PostgreSQL $m: every real-server test" pytest_spread "${server_tests[@]}" || rc=1
+    elif full_tests "$m"; then
+        # The newest release beside a pre-release: every test of one server
+        # and of replication. Not the client recipes, which drive the
+        # applications' libraries through the same SQL on every major, and
+        # are the costliest files (run on 15 and on the newest).
+        layer "$m" server "PostgreSQL $m: every real-server test but the client recipes" \
+            pytest_spread tests/server tests/replication || rc=1
     fi
     layer "$m" regress "PostgreSQL $m: regression files" pytest tests/regress/test_regress.py || rc=1
     from=$(upgrade_source "$m")

@@ -138,12 +138,12 @@ def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
         p1.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="a") +
                "; INSERT INTO a (v) SELECT 'a' FROM generate_series(1, 100)")
         # The first publisher's WAL runs far ahead of the second's.
-        p1.sql("CREATE TABLE filler AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 400000) g")
+        p1.sql("CREATE TABLE filler AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 100000) g")
         p1.sql("CREATE PUBLICATION pa FOR TABLE a")
         # The second publisher shares the copy's worker id: its IDs are
         # the ones the copy could issue again.
         p2.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="b") +
-               "; INSERT INTO b (v) SELECT 'b' FROM generate_series(1, 20000)")
+               "; INSERT INTO b (v) SELECT 'b' FROM generate_series(1, 5000)")
         p2.sql("CREATE PUBLICATION pb FOR TABLE b")
         s = copy_target(made, "lsn-s")
         s.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="a") + "; " + ddl.format(t="b"))
