@@ -99,7 +99,7 @@ for major in $majors; do
     # build against a beta or release candidate, that one alone (the ABI
     # may still change before the release).
     server_version=$(debian_pg_version "$pg_config")
-    if [[ $server_version == *"~"* ]]; then
+    if is_prerelease "$server_version"; then
         server_depends="postgresql-$major (>= $server_version), postgresql-$major (<< $server_version.)"
     else
         server_depends="postgresql-$major"

@@ -111,7 +111,7 @@ cached() {
     local target
     target=$(readlink "$CACHE/$1")
     [[ $target == *"-$(recipe_of "$1")" || $target == *"-$PACKAGES_RECIPE" ]] && built "$CACHE/$1" &&
-        ! "$CACHE/$1/bin/pg_config" --version | grep -Eq '^PostgreSQL [0-9.]+(alpha|beta|rc|devel)'
+        ! is_prerelease "$("$CACHE/$1/bin/pg_config" --version | awk '{print $2}')"
 }
 
 # A private apt configuration: deb-src lines for other suites must not reach

@@ -419,7 +419,7 @@ find_newest() {
 }
 # Whether a major's build is a beta or release candidate: 19~rc1 (Debian's
 # version, from a fresh build) or 19rc1 (pg_config's, from the cache).
-prerelease() { grep -Eq "^$1 available [0-9.]*(~|alpha|beta|rc|devel)" "$BUILDS_REPORT"; }
+prerelease() { is_prerelease "$(awk -v m="$1" '$1 == m && $2 == "available" { print $3 }' "$BUILDS_REPORT")"; }
 # Every real-server test and Citus run on the newest major, and where that
 # is a pre-release, on the newest release as well: what most servers run
 # keeps every test while the next major is tried.

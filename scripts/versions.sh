@@ -41,6 +41,9 @@ pgrx_test() {
         cargo pgrx test "$@"
     fi
 }
+# Whether a PostgreSQL version is a beta or release candidate, written
+# either way: Debian's 19~rc1 or PostgreSQL's own 19rc1.
+is_prerelease() { [[ $1 =~ ^[0-9.]+(~|alpha|beta|rc|devel) ]]; }
 # The version of the PostgreSQL whose pg_config is $1, the Debian way: a
 # beta or release candidate sorts before its release (19rc1 is 19~rc1).
 debian_pg_version() {

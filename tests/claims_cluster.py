@@ -8,14 +8,10 @@ import threading
 import time
 
 import psycopg2
-from harness import PG_BIN, Server, pg_major
+from harness import Server, pg_major
 
 LOAD_S = 3
 DETECT_TIMEOUT_S = 30
-
-
-def major():
-    return pg_major(PG_BIN)
 
 
 def writer(made, name, worker_id, conf=None, **kw):
@@ -122,7 +118,7 @@ class load_both:
 
 def apply_errors(s):
     # 19 counts the errors of table and sequence synchronization apart.
-    sync = "sync_table_error_count + sync_seq_error_count" if major() >= 19 else "sync_error_count"
+    sync = "sync_table_error_count + sync_seq_error_count" if pg_major() >= 19 else "sync_error_count"
     return s.one(f"SELECT coalesce(sum(apply_error_count + {sync}), 0) FROM pg_stat_subscription_stats")
 
 

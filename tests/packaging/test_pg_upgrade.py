@@ -28,13 +28,10 @@ from harness import PG_BIN, Server, _as_postgres, pg_major, servers
 OLD_BIN = os.environ.get("SNOWFLAKE_UPGRADE_FROM_BIN")
 
 
-major = pg_major
-
-
 @pytest.mark.skipif(not OLD_BIN, reason="scripts/test.sh runs it in the update layer of a newer major")
 def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issuing():
     claims = {"snowflake_id.claims_database": "'claims'"}
-    new_major, old_major = major(PG_BIN), major(OLD_BIN)
+    new_major, old_major = pg_major(PG_BIN), pg_major(OLD_BIN)
     assert old_major < new_major
     with servers() as made:
         old = Server("pgup-old", conf=claims, bin=OLD_BIN)

@@ -14,9 +14,9 @@ import subprocess
 import time
 
 import pytest
-from claims_cluster import (DETECT_TIMEOUT_S, apply_errors, dsn, load, load_both, major, problem, publish, subscribe,
+from claims_cluster import (DETECT_TIMEOUT_S, apply_errors, dsn, load, load_both, problem, publish, subscribe,
                             sysid, wait_claims, wait_problem, wait_rows, writer)
-from harness import PG_BIN, Server, servers
+from harness import PG_BIN, Server, pg_major, servers
 
 def test_fan_in_with_distinct_worker_ids_is_exact_and_quiet():
     with servers() as made:
@@ -248,8 +248,8 @@ def test_bidirectional_pglogical(ids):
     if not pglogical_available():
         # scripts/setup.sh installs it for the system's PostgreSQL 15; Debian
         # has none for the other majors.
-        assert major() != 15, "postgresql-15-pglogical is not installed: run scripts/setup.sh"
-        pytest.skip(f"no pglogical for PostgreSQL {major()}")
+        assert pg_major() != 15, "postgresql-15-pglogical is not installed: run scripts/setup.sh"
+        pytest.skip(f"no pglogical for PostgreSQL {pg_major()}")
     conf = {
         "shared_preload_libraries": "'snowflake_id,pglogical'",
         "track_commit_timestamp": "on",
