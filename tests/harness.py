@@ -27,6 +27,90 @@ def pg_major(bin_dir=PG_BIN):
     out = subprocess.run([f"{bin_dir}/pg_config", "--version"], capture_output=True, text=True, check=True).stdout
     return int(re.match(r"\d+", out.split()[1]).group())
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+# Time in the tests. No outcome may depend on how fast the machine is: a test
+# whose subject is time sets the servers' clocks it needs (libfaketime,
+# Server.set_clock), and every wait is for a condition, bounded by one
+# timeout for the whole run, as PostgreSQL's TAP tests bound theirs with
+# PG_TEST_TIMEOUT_DEFAULT. Only a machine that cannot meet a condition in
+# this many seconds fails a wait; SNOWFLAKE_TEST_TIMEOUT raises it on a slow
+# one. The helpers below are the only place the tests read the real clock or
+# sleep (tests/source/test_timing.py checks it).
+TIMEOUT = float(os.environ.get("SNOWFLAKE_TEST_TIMEOUT", "180"))
+
+
+def wait_until(check, what, timeout=None, interval=0.1):
+    """Calls check() until it returns a true value, and returns that value.
+    `what` (a text, or a function giving one) says what never happened; a
+    check that raises is not caught."""
+    deadline = Deadline(what, timeout)
+    while True:
+        value = check()
+        if value:
+            return value
+        deadline.check()
+        time.sleep(interval)
+
+
+class Deadline:
+    """The harness-wide bound on a loop that waits for a condition while it
+    does work of its own (sends IDs, retries a statement): check() fails the
+    test once TIMEOUT (or `timeout`) has passed; nap() is the loop's pause
+    between two looks."""
+
+    def __init__(self, what, timeout=None):
+        self.what = what
+        self.timeout = TIMEOUT if timeout is None else max(timeout, TIMEOUT)
+        self.at = time.monotonic() + self.timeout
+
+    def passed(self):
+        return time.monotonic() >= self.at
+
+    def check(self):
+        if self.passed():
+            what = self.what() if callable(self.what) else self.what
+            raise AssertionError(f"not within {self.timeout:.0f} s: {what}")
+
+    @staticmethod
+    def nap(seconds=0.1):
+        time.sleep(seconds)
+
+
+def let_run(seconds):
+    """Lets load that runs beside the test go on for a while. How much it
+    does in that time decides no outcome: what is asserted afterwards holds
+    for any amount (no repeat, order kept). Never a wait for a condition."""
+    time.sleep(seconds)
+
+
+class Window:
+    """A stretch of real time during which load runs, for loops of the form
+    `while window.open(): ...`: how much work fits in it decides no outcome,
+    and the loop stops by itself."""
+
+    def __init__(self, seconds):
+        self.until = time.monotonic() + seconds
+
+    def open(self):
+        return time.monotonic() < self.until
+
+
+class Stopwatch:
+    """Seconds since it was made. For lower bounds (a call waited at least
+    the clock step it had to wait out) and for what a test prints; an upper
+    bound on how long something took is a timing threshold, never asserted."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+
+    def seconds(self):
+        return time.monotonic() - self.start
+
+
+def wall_clock():
+    """The machine's real time (seconds since the epoch), for comparing with
+    a server's clock that libfaketime moves."""
+    return time.time()
 RUN_AS = "postgres"
 
 # Test processes run side by side (scripts/test.sh runs a lane per major, and
@@ -142,7 +226,7 @@ class Server:
         base.update(conf or {})
         self.write_conf(base)
         if faketime:
-            self.set_clock(0)
+            self.set_clock(0, settle=False)  # no process reads it yet
 
     def _base_backup(self, source, standby):
         """pg_basebackup of `source` into this server's data directory."""
@@ -178,17 +262,24 @@ class Server:
                 settings[k] = v
         self.write_conf(settings)
 
-    def set_clock(self, offset_seconds):
+    def set_clock(self, offset_seconds, settle=True):
         """Moves this server's clock to real time + offset (libfaketime).
-        Each process re-reads the offset within about a second."""
+        Each process re-reads the file at its first clock read whose whole
+        second of real time is more than FAKETIME_CACHE_DURATION (1) past
+        that of its last re-read (libfaketime 0.9.10's fake_clock_gettime,
+        src/libfaketime.c): settle (the default) returns once the second two past
+        the write's has begun, after which every clock read of every
+        process of the server has the new offset."""
         assert self.faketime
         with open(self.clock_file, "w") as f:
             f.write(f"{offset_seconds:+d}\n")
         os.chmod(self.clock_file, 0o644)
-        # libfaketime re-reads the file only when its mtime (in whole
-        # seconds) changes: give every write a new second.
-        self._clock_mtime = max(getattr(self, "_clock_mtime", 0) + 1, int(time.time()))
+        written = time.time()
+        # A new second of mtime for every write, for tools that look at it.
+        self._clock_mtime = max(getattr(self, "_clock_mtime", 0) + 1, int(written))
         os.utime(self.clock_file, (self._clock_mtime, self._clock_mtime))
+        if settle:
+            time.sleep(max(0.0, int(written) + 2.05 - time.time()))
 
     def env(self):
         if not self.faketime:
@@ -203,7 +294,7 @@ class Server:
 
     def start(self, check=True):
         r = _as_postgres(
-            [f"{self.bin}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
+            [f"{self.bin}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", str(int(TIMEOUT)), "start"],
             env=self.env(),
             check=False,
             host_name=self.host_name,
@@ -213,22 +304,27 @@ class Server:
         return r
 
     def stop(self, mode="fast"):
-        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "stop"], check=False)
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", str(int(TIMEOUT)), "stop"],
+                     check=False)
 
     def promote(self):
-        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-w", "-t", "60", "promote"])
+        _as_postgres([f"{self.bin}/pg_ctl", "-D", self.data, "-w", "-t", str(int(TIMEOUT)), "promote"])
 
-    def wait_for(self, query, timeout=60, what=None):
-        """Polls `query` until it returns a true first value."""
-        deadline = time.time() + timeout
-        while True:
+    def wait_for(self, query, timeout=None, what=None):
+        """Polls `query` until it returns a true first value (a server that
+        is not accepting connections yet counts as false)."""
+
+        def check():
             try:
-                if self.one(query):
-                    return
+                return self.one(query)
             except psycopg2.OperationalError:
-                pass
-            assert time.time() < deadline, what or f"timed out waiting for: {query}"
-            time.sleep(0.1)
+                return False
+
+        wait_until(check, what or f"waiting for: {query}", timeout)
+
+    def wait_for_log(self, text, what=None):
+        """Waits until the server's log holds `text`."""
+        wait_until(lambda: text in self.log_text(), what or f"{self.name}: the log never said {text!r}")
 
     def mark_wal(self, start, end):
         """(records, bytes) of snowflake_id's WAL resource manager between two
@@ -253,12 +349,10 @@ class Server:
         for k in kids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(k, signal.SIGKILL)
-        deadline = time.time() + 30
         # The postmaster too, until it is reaped: a new one finds its pid in
         # postmaster.pid and refuses to start while that process exists.
-        while any(os.path.exists(f"/proc/{k}") for k in kids + [postmaster]):
-            assert time.time() < deadline, "children of the killed postmaster did not exit"
-            time.sleep(0.05)
+        wait_until(lambda: not any(os.path.exists(f"/proc/{k}") for k in kids + [postmaster]),
+                   "children of the killed postmaster did not exit", interval=0.05)
 
     def restart(self, mode="fast"):
         self.stop(mode)
@@ -281,16 +375,16 @@ class Server:
         conn.autocommit = autocommit
         return conn
 
-    def connect_retry(self, timeout=60):
+    def connect_retry(self, timeout=None):
         """Connects, waiting out a crash-restart in progress."""
-        deadline = time.time() + timeout
+        deadline = Deadline(f"{self.name} did not take connections", timeout)
         while True:
             try:
                 return self.connect()
             except psycopg2.OperationalError:
-                if time.time() > deadline:
+                if deadline.passed():
                     raise
-                time.sleep(0.1)
+                deadline.nap()
 
     def sql(self, query, args=None, dbname="postgres", user="postgres", options=None):
         """Runs one statement in a fresh session; returns all rows."""
