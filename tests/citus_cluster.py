@@ -4,7 +4,8 @@ every node (`snowflake_id.worker_id_source = 'citus'` and nothing more: the
 install block of docs/citus.md; the claims live in the Citus database without
 being named), talking over loopback."""
 
-from harness import Server
+import psycopg2
+from harness import Server, wait_until
 
 # Nodes listen on TCP (Citus connects by host and port): the harness keeps
 # every server's port out of Linux's ephemeral range.
@@ -47,15 +48,52 @@ def start_cluster(made, prefix, workers=2, **conf):
     for w in ws:
         add(c, w)
     c.sql("CREATE EXTENSION snowflake_id")
-    # Each claims worker finds the extension at its next refresh.
+    # Each claims worker finds the extension at its next refresh: waited
+    # for on every node, however long each one takes.
     for s in (c, *ws):
-        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status",
+                   what=f"{s.name} still has a problem after CREATE EXTENSION snowflake_id")
     return c, ws
 
 
 def status(s):
     """A node's (worker_id, worker_id_source, problem)."""
     return s.sql("SELECT worker_id, worker_id_source, problem FROM snowflake_id.snowflake_status")[0]
+
+
+def wait_refreshes(s, since):
+    """Until `s`'s claims worker has finished a whole refresh (its claim
+    written, the other nodes and the coordinator asked, what it found
+    published) begun after `since`, a timestamp of `s`'s own clock: its
+    claim written twice after it. The refresh that wrote it first asked the
+    others after that write; the second write begins the refresh after it.
+    However long a refresh takes on this machine, this waits for it, not for
+    a number of seconds."""
+    last_seen = "SELECT max(last_seen) FROM snowflake_id.snowflake_claims"
+    s.wait_for(f"SELECT max(last_seen) > '{since}' FROM snowflake_id.snowflake_claims",
+               what=lambda: f"{s.name}: the claims worker never wrote its claim: {status(s)}")
+    first = s.one(last_seen)
+    s.wait_for(f"SELECT max(last_seen) > '{first}' FROM snowflake_id.snowflake_claims",
+               what=lambda: f"{s.name}: the claims worker never wrote its claim again: {status(s)}")
+
+
+def wait_issues(s, dbname="postgres"):
+    """Until `s` issues an ID (its claims worker lifted a refusal: SQLSTATE
+    55000; any other error fails at once); the ID. A call waits a few
+    seconds at most for the claims worker's judging, which a busy machine
+    can make longer: this waits for the judging itself."""
+    last = {}
+
+    def issued():
+        try:
+            return [s.one("SELECT snowflake_nextval()", dbname=dbname)]
+        except psycopg2.Error as e:
+            if e.pgcode != "55000":
+                raise
+            last["refused"] = str(e)
+            return None
+
+    return wait_until(issued, lambda: f"{s.name} never issued: {last.get('refused')}", interval=0.2)[0]
 
 
 def workers_of(s, ids):

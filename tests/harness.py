@@ -18,7 +18,11 @@ import time
 
 import psycopg2
 
-PG_BIN = os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin")
+# The system major's programs: the test command's own copy of the machine's
+# PostgreSQL 15 (scripts/versions.sh, own_system_postgres), where it installs
+# the extension; Debian's own where run by hand.
+SYSTEM_PG_BIN = os.environ.get("SNOWFLAKE_SYSTEM_PG_BIN", "/usr/lib/postgresql/15/bin")
+PG_BIN = os.environ.get("PG_BIN", SYSTEM_PG_BIN)
 
 
 def pg_major(bin_dir=PG_BIN):
@@ -37,6 +41,11 @@ FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # one. The helpers below are the only place the tests read the real clock or
 # sleep (tests/source/test_timing.py checks it).
 TIMEOUT = float(os.environ.get("SNOWFLAKE_TEST_TIMEOUT", "180"))
+
+
+# The bound on one run of a program the tests start (an application's test
+# suite, a migration tool): a whole program, not a wait, so ten waits' worth.
+PROGRAM_TIMEOUT = 10 * TIMEOUT
 
 
 def wait_until(check, what, timeout=None, interval=0.1):

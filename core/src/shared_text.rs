@@ -125,6 +125,12 @@ impl SharedText {
     /// The text, `None` while it is empty. A write under way is waited for;
     /// one that does not end within a second is said, as a failure's text.
     pub fn get(&self) -> Option<String> {
+        self.get_within(WAIT_FOR_WRITER)
+    }
+
+    /// `get`, waiting up to `limit` for a write under way (the tests give a
+    /// bound no stalled thread of theirs can reach).
+    fn get_within(&self, limit: Duration) -> Option<String> {
         let started = Instant::now();
         let mut tries = 0u32;
         loop {
@@ -134,7 +140,7 @@ impl SharedText {
             tries = tries.saturating_add(1);
             if tries < SPINS {
                 std::hint::spin_loop();
-            } else if started.elapsed() < WAIT_FOR_WRITER {
+            } else if started.elapsed() < limit {
                 std::thread::sleep(Duration::from_micros(100));
             } else {
                 return Some(
@@ -187,7 +193,10 @@ mod tests {
         let s = text.open();
         let reader = {
             let text = Arc::clone(&text);
-            std::thread::spawn(move || text.get())
+            // A bound no descheduling of this thread can reach: what is
+            // tested is that the reader waits, not how long the product
+            // waits (a second), which a busy machine could outlast.
+            std::thread::spawn(move || text.get_within(Duration::from_secs(3600)))
         };
         std::thread::sleep(Duration::from_millis(50));
         text.fill(b"the claims of other nodes could not be read: node b");
@@ -241,7 +250,9 @@ mod tests {
                 );
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        let t = text.get().expect("never nothing");
+                        let t = text
+                            .get_within(Duration::from_secs(3600))
+                            .expect("never nothing");
                         assert!(texts.contains(&t), "a torn text of {} bytes", t.len());
                         reads.fetch_add(1, Ordering::Relaxed);
                     }

@@ -19,11 +19,10 @@ What Citus does was read in its source (13.2.2 and 14.0.1):
 import contextlib
 import io
 import threading
-import time
 
 import pytest
-from citus_cluster import add, node, start_cluster, status, workers_of
-from harness import Server, servers
+from citus_cluster import add, node, start_cluster, status, wait_issues, wait_refreshes, workers_of
+from harness import Deadline, Server, Window, let_run, servers, wait_until, wall_clock
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +40,13 @@ def every_node(cluster):
     return [s for s in made if s.port in ports]
 
 
-def settled(cluster, timeout=40):
+def settled(cluster):
     """Waits until no node of the cluster has a problem: each claims worker
-    has read every other node since the last change."""
+    has read every other node since the last change (on every node, however
+    long each one takes)."""
     for s in every_node(cluster):
-        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=timeout,
-                   what=f"{s.name} still has a problem: {status(s)[2]}")
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status",
+                   what=lambda s=s: f"{s.name} still has a problem: {status(s)[2]}")
 
 
 def test_each_node_takes_its_worker_id_from_its_group_id(cluster):
@@ -58,7 +58,9 @@ def test_each_node_takes_its_worker_id_from_its_group_id(cluster):
         assert (worker_id, problem) == (group, None), (s.name, worker_id, problem)
         assert source == f"Citus group id {group} (worker ids up to 1023 fit this layout)", source
         assert workers_of(s, [s.one("SELECT snowflake_nextval()")]) == {group}
-        assert f"worker id {group}, from Citus group id {group}" in s.log_text()
+        # The claims worker that settled it logs it just after the call that
+        # waited for it went on: waited for, not read at once.
+        s.wait_for_log(f"worker id {group}, from Citus group id {group}")
 
 
 def test_every_insert_path_gives_unique_ids_carrying_the_evaluating_nodes_group(cluster):
@@ -179,19 +181,28 @@ def test_shards_moved_and_rebalanced_under_concurrent_inserts_lose_and_repeat_no
                 except Exception as e:  # noqa: BLE001 - counted, and must be none
                     errors.append(str(e))
 
+    def more_inserts(when):
+        """Lets the inserts run a while (how many decides nothing: every
+        one is checked below), and then until they stored a row more (or
+        met an error, reported below): whatever this machine's speed, rows
+        go in before, during and after each move."""
+        let_run(1)
+        before = len(inserted)
+        wait_until(lambda: len(inserted) > before or errors, f"no row was inserted {when}")
+
     threads = [threading.Thread(target=insert, args=(n,)) for n in (c, c, w1)]
     for t in threads:
         t.start()
     try:
-        time.sleep(1)
+        more_inserts("before the move")
         shard = c.one("SELECT shardid FROM citus_shards WHERE table_name = 'moving'::regclass AND nodeport = %s"
                       " ORDER BY shardid LIMIT 1", (w1.port,))
         c.sql("SELECT citus_move_shard_placement(%s, 'localhost', %s, 'localhost', %s, 'force_logical')",
               (shard, w1.port, w2.port))
         assert c.one("SELECT nodeport FROM citus_shards WHERE shardid = %s", (shard,)) == w2.port
-        time.sleep(1)
+        more_inserts("after the move")
         c.sql("SELECT rebalance_table_shards('moving', shard_transfer_mode => 'force_logical')")
-        time.sleep(1)
+        more_inserts("after the rebalance")
     finally:
         stop.set()
         for t in threads:
@@ -368,6 +379,7 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
           "SELECT create_distributed_table('dup', 'tenant')")
     stop = threading.Event()
     refused = []
+    stored = {"w1": 0, "w2": 0}
 
     def insert(node, tag):
         conn = None
@@ -375,10 +387,11 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
             try:
                 conn = conn or node.connect()
                 conn.cursor().execute("INSERT INTO dup (tenant, src) VALUES (%s, %s)", (len(refused) % 5, tag))
+                stored[tag] += 1
             except Exception as e:  # noqa: BLE001 - what w2 meets is the point
                 refused.append((tag, getattr(e, "pgcode", None), str(e)))
                 conn = None
-                time.sleep(0.05)
+                Deadline.nap(0.05)
 
     first = threading.Thread(target=insert, args=(w1, "w1"))
     first.start()
@@ -388,7 +401,12 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
         w2.restart()
         second = threading.Thread(target=insert, args=(w2, "w2"))
         second.start()
-        time.sleep(6)
+        # Both insert for a while (how many decides nothing: every answer w2
+        # gets is checked below), and then until w2 had an answer and w1
+        # stored a row, however slow this machine is.
+        let_run(6)
+        wait_until(lambda: (stored["w2"] or any(r[0] == "w2" for r in refused)) and stored["w1"],
+                   lambda: f"w2 had no answer, or w1 stored no row: {stored}, {refused[-3:]}")
     finally:
         stop.set()
         first.join()
@@ -405,12 +423,15 @@ def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(clust
         assert all(code != "55000" for tag, code, _ in refused if tag == "w1"), \
             [r for r in refused if r[0] == "w1"][:3]
         # The earlier node's status says so too, once its claims worker read w2's claim.
-        w1.wait_for(f"SELECT problem LIKE '%:{w2.port}%' FROM snowflake_id.snowflake_status", timeout=30,
-                    what=f"w1 never named w2: {status(w1)}")
+        w1.wait_for(f"SELECT problem LIKE '%:{w2.port}%' FROM snowflake_id.snowflake_status",
+                    what=lambda: f"w1 never named w2: {status(w1)}")
     finally:
         w2.set_conf(snowflake_id__worker_id=None, snowflake_id__worker_id_source="'citus'")
         w2.restart()
-    assert workers_of(w2, [w2.one("SELECT snowflake_nextval()")]) == {2}
+    # w2 starts refusing, as it was refused when it last ran (its claims
+    # memory), until its claims worker's first judging, which a call waits
+    # for a few seconds at most: issuing under its group once it has.
+    assert workers_of(w2, [wait_issues(w2)]) == {2}
     # Once w2's claim on worker id 1 went stale (it was released at its
     # restart, and is counted 10 s more), no node sees a problem.
     settled(cluster)
@@ -427,13 +448,13 @@ def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the
     hold.cursor().execute("LOCK TABLE snowflake_id.snowflake_claims IN ACCESS EXCLUSIVE MODE")
     try:
         c.wait_for("SELECT problem LIKE '%claims of other nodes of this Citus cluster could not be read%'"
-                   " FROM snowflake_id.snowflake_status", timeout=30)
+                   " FROM snowflake_id.snowflake_status")
         c.sql("SELECT snowflake_nextval()")
         w1.sql("SELECT snowflake_nextval()")
     finally:
         hold.rollback()
         hold.close()
-    c.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30)
+    c.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status")
     # On w2, the claims table and the status view replaced by objects of an
     # ordinary role (the extension dropped there alone): nothing of theirs
     # runs as the other nodes' claims workers or as a superuser asking for
@@ -450,7 +471,13 @@ def test_a_node_that_holds_its_claims_or_fakes_them_neither_stalls_nor_fools_the
               CREATE VIEW snowflake_id.snowflake_status AS SELECT 1 AS worker_id WHERE public.trap();""",
            user="mallory")
     try:
-        time.sleep(5)  # two refreshes of every claims worker
+        # Every other node's claims worker asks w2 at each refresh: a whole
+        # refresh of each, begun once the trap was set, has asked it (waited
+        # for on each node, not for a number of seconds).
+        others = [s for s in every_node(cluster) if s is not w2]
+        since = {s.name: s.one("SELECT clock_timestamp()") for s in others}
+        for s in others:
+            wait_refreshes(s, since[s.name])
         rows = cluster_status(c)
         assert "snowflake_id is not installed there" in rows[2][3], rows[2]
         assert w2.sql("SELECT who FROM public.trap_log") == []
@@ -467,17 +494,17 @@ def cluster_status(c):
         "SELECT groupid, worker_id, worker_id_source, preloaded, problem FROM snowflake_cluster_status()")}
 
 
-def cluster_status_once(c, ready, what, timeout=30):
+def cluster_status_once(c, ready, what):
     """The cluster view from `c` once `ready(rows)` holds: a node restarted a
     moment ago settles its worker id at its claims worker's first judging,
     which a busy machine delays."""
-    deadline = time.time() + timeout
-    while True:
-        rows = cluster_status(c)
-        if ready(rows):
-            return rows
-        assert time.time() < deadline, f"{what}: {rows}"
-        time.sleep(0.2)
+    last = {}
+
+    def check():
+        last["rows"] = rows = cluster_status(c)
+        return rows if ready(rows) else None
+
+    return wait_until(check, lambda: f"{what}: {last.get('rows')}", interval=0.2)
 
 
 def test_the_cluster_view_is_the_same_from_every_node_and_stays_so_once_problems_cleared(cluster):
@@ -494,17 +521,21 @@ def test_the_cluster_view_is_the_same_from_every_node_and_stays_so_once_problems
         others = [s for s in every_node(cluster) if s is not w2]
         for s in others:
             s.wait_for("SELECT problem LIKE '%claims of other nodes of this Citus cluster could not be read%'"
-                       " FROM snowflake_id.snowflake_status", timeout=30)
+                       " FROM snowflake_id.snowflake_status", what=lambda s=s: f"{s.name} never missed w2: {status(s)}")
     finally:
         w2.sql(local + "CREATE EXTENSION snowflake_id")
     settled(cluster)
     nodes = every_node(cluster)
     first = cluster_status(c)
     assert all(row[3] is None for row in first.values()), first
-    deadline = time.time() + 10
-    while time.time() < deadline:
+    # Read again and again for a while: how many rounds fit decides nothing
+    # (each must equal the first), and at least one round is read.
+    window = Window(10)
+    while True:
         for s in nodes:
             assert cluster_status(s) == first, s.name
+        if not window.open():
+            break
 
 
 def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
@@ -522,7 +553,7 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
     try:
         for s in (c, w1):
             s.wait_for(f"SELECT problem LIKE '%could not be read: node localhost:{w2.port}%'"
-                       " FROM snowflake_id.snowflake_status", timeout=30)
+                       " FROM snowflake_id.snowflake_status", what=lambda s=s: f"{s.name} never missed w2: {status(s)}")
         rows = cluster_status(c)
         assert rows[2][3].startswith("not reachable: "), rows[2]
         # The others say they cannot check w2 for their worker ids, and issue.
@@ -570,10 +601,9 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
     add(c, ahead)
     try:
         group = ahead.one("SELECT groupid FROM pg_dist_local_group")
-        deadline = time.time() + 30
-        while ahead.one("SELECT extract(epoch FROM clock_timestamp())::float8") - time.time() < 50:
-            assert time.time() < deadline, "the faked clock did not move"
-            time.sleep(0.5)
+        # set_clock returned once every process reads the new offset.
+        wait_until(lambda: ahead.one("SELECT extract(epoch FROM clock_timestamp())::float8") - wall_clock() >= 50,
+                   "the faked clock did not move")
         problem = cluster_status(c)[group][3]
         assert "its clock is" in problem and "more than snowflake_id.max_lead" in problem, problem
     finally:

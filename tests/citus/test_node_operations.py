@@ -25,12 +25,11 @@ What Citus does was read in its source (13.2.2 and 14.0.1):
 """
 
 import threading
-import time
 
 import harness
 import pytest
-from citus_cluster import add, node, start_cluster, status, workers_of
-from harness import Server, servers
+from citus_cluster import add, node, start_cluster, status, wait_issues, wait_refreshes, workers_of
+from harness import Deadline, Server, servers, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +63,8 @@ def standby_of(made, origin, name):
     made.append(s)
     s.start()
     origin.wait_for("SELECT EXISTS (SELECT FROM pg_stat_replication"
-                    " WHERE application_name = 'localhost' AND state = 'streaming')", timeout=60)
+                    " WHERE application_name = 'localhost' AND state = 'streaming')",
+                    what=f"{name} never streamed from {origin.name}")
     return s
 
 
@@ -77,26 +77,16 @@ def refusal(s, query="SELECT snowflake_nextval()", dbname="postgres"):
         return getattr(e, "pgcode", None), str(e)
 
 
-def wait_refused(s, words, timeout=30):
-    deadline = time.time() + timeout
-    while True:
-        got = refusal(s)
-        if got and got[0] == "55000" and words in got[1]:
-            return got
-        assert time.time() < deadline, f"{s.name} never refused with {words!r}: {got}"
-        time.sleep(0.2)
+def wait_refused(s, words):
+    """Until `s` refuses an ID with `words` (its claims worker read what
+    makes it refuse); the refusal."""
+    last = {}
 
+    def refused():
+        last["got"] = got = refusal(s)
+        return got if got and got[0] == "55000" and words in got[1] else None
 
-def wait_refreshes(s, since):
-    """Until `s`'s claims worker has finished a whole refresh (its claim
-    written, the other nodes and the coordinator asked) begun after `since`:
-    its claim written twice after it."""
-    last_seen = "SELECT max(last_seen) FROM snowflake_id.snowflake_claims"
-    s.wait_for(f"SELECT max(last_seen) > '{since}' FROM snowflake_id.snowflake_claims",
-               timeout=30, what=f"the claims worker never wrote its claim: {status(s)}")
-    first = s.one(last_seen)
-    s.wait_for(f"SELECT max(last_seen) > '{first}' FROM snowflake_id.snowflake_claims",
-               timeout=30, what=f"the claims worker never wrote its claim again: {status(s)}")
+    return wait_until(refused, lambda: f"{s.name} never refused with {words!r}: {last.get('got')}", interval=0.2)
 
 
 def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_origins(cluster):
@@ -125,7 +115,7 @@ def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_orig
             except Exception as e:  # noqa: BLE001 - what the origin meets is checked below
                 origin_errors.append((getattr(e, "pgcode", None), str(e)))
                 conn = None
-                time.sleep(0.05)
+                Deadline.nap(0.05)
             k += 1
 
     def draw_on_clone():
@@ -139,21 +129,19 @@ def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_orig
             except Exception as e:  # noqa: BLE001 - in recovery, then refused: expected
                 clone_errors.append((getattr(e, "pgcode", None), str(e)))
                 conn = None
-                time.sleep(0.02)
+                Deadline.nap(0.02)
 
     threads = [threading.Thread(target=insert_through_origin), threading.Thread(target=draw_on_clone)]
     for t in threads:
         t.start()
     try:
         c.sql("SELECT citus_promote_clone_and_rebalance(%s)", (clone_id,))
-        deadline = time.time() + 60
-        while len(on_clone) < 200:
-            assert time.time() < deadline, f"the promoted clone issued no IDs: {clone_errors[-3:]}"
-            time.sleep(0.1)
+        # As long as this machine needs: the clone issues once its claims
+        # worker read the group Citus gave it, and the origin goes on after.
+        wait_until(lambda: len(on_clone) >= 200, lambda: f"the promoted clone issued no IDs: {clone_errors[-3:]}")
         counted = len(through_origin)
-        while len(through_origin) < counted + 50:
-            assert time.time() < deadline, f"the origin stopped inserting: {origin_errors[-3:]}"
-            time.sleep(0.1)
+        wait_until(lambda: len(through_origin) >= counted + 50,
+                   lambda: f"the origin stopped inserting: {origin_errors[-3:]}")
     finally:
         stop.set()
         for t in threads:
@@ -174,8 +162,8 @@ def test_a_clone_promoted_by_citus_issues_under_its_own_group_and_never_its_orig
     print(f"clone promotion: {len(through_origin)} inserts through the origin, {len(on_clone)} IDs on the clone"
           f" (group {new_group}), {len(refused)} calls refused until Citus gave it its group")
     for s in (c, w1, clone):
-        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30,
-                   what=f"{s.name}: {status(s)}")
+        s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status",
+                   what=lambda s=s: f"{s.name}: {status(s)}")
 
 
 def test_a_secondary_promoted_beside_its_primary_refuses_and_the_view_says_so(cluster):
@@ -183,7 +171,9 @@ def test_a_secondary_promoted_beside_its_primary_refuses_and_the_view_says_so(cl
     secondary = standby_of(made, w2, "nodeops-secondary")
     c.sql("SELECT citus_add_secondary_node('localhost', %s, 'localhost', %s)", (secondary.port, w2.port))
     try:
-        secondary.wait_for("SELECT count(*) > 0 FROM pg_dist_node WHERE noderole = 'secondary'", timeout=30)
+        # The secondary replays the metadata that lists it (Citus wrote it on w2).
+        secondary.wait_for("SELECT count(*) > 0 FROM pg_dist_node WHERE noderole = 'secondary'",
+                           what="the secondary never replayed the metadata that lists it")
         # In recovery: the view lists it, with nothing wrong.
         view = cluster_view(c)
         assert view[secondary.port][2] == "secondary" and view[secondary.port][4] is None, view[secondary.port]
@@ -192,8 +182,8 @@ def test_a_secondary_promoted_beside_its_primary_refuses_and_the_view_says_so(cl
         assert f"group {group_of(c, w2)}" in message, message
         # Its primary goes on, with nothing to say.
         w2.sql("SELECT snowflake_nextval()")
-        w2.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status", timeout=30,
-                    what=f"w2: {status(w2)}")
+        w2.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status",
+                    what=lambda: f"w2: {status(w2)}")
         row = cluster_view(c)[secondary.port]
         assert "a secondary out of recovery" in row[4] and "promoted out of recovery" in row[4], row
     finally:
@@ -214,7 +204,7 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
     # Removed and still running: said, not refused (its group id is not
     # anyone else's).
     old.wait_for("SELECT problem LIKE '%is not in the coordinator''s metadata any more%'"
-                 " FROM snowflake_id.snowflake_status", timeout=30, what=f"{status(old)}")
+                 " FROM snowflake_id.snowflake_status", what=lambda: f"{status(old)}")
     old.sql("SELECT snowflake_nextval()")
     new = node(made, "nodeops-regrouped")
     c.sql("SELECT citus_add_node('localhost', %s, groupid => %s)", (new.port, group))
@@ -235,17 +225,16 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
                 except Exception as e:  # noqa: BLE001 - the removed node's refusals are the point
                     errors.append((tag, getattr(e, "pgcode", None)))
                     conn = None
-                    time.sleep(0.05)
+                    Deadline.nap(0.05)
                 k += 1
 
         threads = [threading.Thread(target=insert, args=(s, tag)) for s, tag in ((old, "old"), (new, "new"))]
         for t in threads:
             t.start()
-        deadline = time.time() + 30
         try:
-            while c.one("SELECT count(*) FROM regrouped WHERE src = 'new'") < 200:
-                assert time.time() < deadline, errors[-3:]
-                time.sleep(0.2)
+            # As long as the new node needs to judge the claims and issue.
+            wait_until(lambda: c.one("SELECT count(*) FROM regrouped WHERE src = 'new'") >= 200,
+                       lambda: f"the new node stored fewer than 200 rows: {errors[-3:]}", interval=0.2)
         finally:
             stop.set()
             for t in threads:
@@ -271,13 +260,16 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
         # removed, issuing again.
         old.sql("UPDATE pg_dist_node SET nodeport = %s WHERE groupid = 0", (c.port,))
         old.wait_for("SELECT problem NOT LIKE '%has not answered since%' FROM snowflake_id.snowflake_status",
-                     timeout=30, what=f"the coordinator was never asked again: {status(old)}")
+                     what=lambda: f"the coordinator was never asked again: {status(old)}")
         wait_refused(old, "gives this node's group")
         c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
         new_listed = False
         old.wait_for("SELECT problem LIKE '%is not in the coordinator''s metadata any more%'"
-                     " FROM snowflake_id.snowflake_status", timeout=30, what=f"{status(old)}")
-        old.sql("SELECT snowflake_nextval()")
+                     " FROM snowflake_id.snowflake_status", what=lambda: f"{status(old)}")
+        # The claims worker publishes what it found a moment before it lifts
+        # the refusal: the status can say so while a call is still refused.
+        # Issuing again once it has, however long that moment lasts here.
+        wait_issues(old)
     finally:
         if new_listed:
             c.sql("SELECT citus_remove_node('localhost', %s)", (new.port,))
@@ -308,7 +300,7 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
         # are read; the status says why.
         again.wait_for(f"SELECT problem LIKE '%moves from {first} to {second}%could not be read%'"
                        " FROM snowflake_id.snowflake_status",
-                       timeout=30, what=f"not refused while the claims cannot be read: {status(again)}")
+                       what=lambda: f"not refused while the claims cannot be read: {status(again)}")
         got = refusal(again)
         assert got and got[0] == "55000" and f"moves from {first} to {second}" in got[1], got
         # Its claims worker restarted meanwhile: the move is still to be
@@ -317,7 +309,7 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
         worker = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'snowflake_id claims'"
         old_pid = again.one(worker)
         again.sql(f"SELECT pg_terminate_backend(({worker}))")
-        again.wait_for(f"SELECT EXISTS ({worker} AND pid <> {old_pid})", timeout=30)
+        again.wait_for(f"SELECT EXISTS ({worker} AND pid <> {old_pid})", what="the claims worker never came back")
         wait_refreshes(again, since)
         got = refusal(again)
         assert got and got[0] == "55000" and f"moves from {first} to {second}" in got[1], got
@@ -325,10 +317,12 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
         restored = True
         # Issuing once they were read.
         again.wait_for(f"SELECT worker_id = {second} AND problem IS NULL FROM snowflake_id.snowflake_status",
-                       timeout=30, what=f"the worker id stayed, or stays refused: {status(again)}")
+                       what=lambda: f"the worker id stayed, or stays refused: {status(again)}")
+        # A problem of NULL is read only once the refusal is lifted (the
+        # status says why a call would fail first): issuing at once.
         assert workers_of(c, [again.one("SELECT snowflake_nextval()")]) == {second}
         c.wait_for(f"SELECT problem IS NULL FROM snowflake_cluster_status() WHERE nodeport = {again.port}",
-                   timeout=30, what=f"{cluster_view(c).get(again.port)}")
+                   what=lambda: f"{cluster_view(c).get(again.port)}")
     finally:
         if not restored:
             w1.sql(local + original)
@@ -382,13 +376,15 @@ def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
                   (group, group), dbname=name)
 
     def wait(query, dbname, what):
-        deadline = time.time() + 30
-        while not s.one(query, dbname=dbname):
-            assert time.time() < deadline, f"{what}: {s.sql('SELECT problem FROM snowflake_id.snowflake_status')}"
-            time.sleep(0.1)
+        wait_until(lambda: s.one(query, dbname=dbname),
+                   lambda: f"{what}: {s.sql('SELECT problem FROM snowflake_id.snowflake_status')}")
 
     def kept_in(name):
-        wait("SELECT EXISTS (SELECT FROM snowflake_id.snowflake_claims WHERE last_seen > now() - interval '3 s')", name,
+        """The claims worker writes this server's claim in `name` after
+        this call began: it keeps the claim there now (however long its
+        refresh takes on this machine)."""
+        since = s.one("SELECT clock_timestamp()")
+        wait(f"SELECT EXISTS (SELECT FROM snowflake_id.snowflake_claims WHERE last_seen > '{since}')", name,
              f"no claim kept in {name}")
 
     problem = "SELECT problem FROM snowflake_id.snowflake_status"
@@ -409,10 +405,8 @@ def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
         # then IDs carry the new group.
         got = refusal(s, dbname="second_app")
         assert got and got[0] == "55000", got
-        deadline = time.time() + 30
-        while refusal(s, dbname="second_app"):
-            assert time.time() < deadline, s.sql(problem, dbname="second_app")
-            time.sleep(0.1)
+        wait_until(lambda: refusal(s, dbname="second_app") is None,
+                   lambda: f"still refused in second_app: {s.sql(problem, dbname='second_app')}")
         assert workers_of(s, [s.one(nextval, dbname="second_app")]) == {3}
         assert workers_of(s, [s.one(nextval)]) == {3}
         kept_in("second_app")
@@ -420,7 +414,7 @@ def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
         # A copy. Citus's maintenance daemon leaves its template, as the
         # claims worker does, for the copy to be made (tried again if the
         # daemon came back in between).
-        deadline = time.time() + 60
+        deadline = Deadline("CREATE DATABASE app_copy TEMPLATE second_app: the template was never left free")
         while True:
             s.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                   " WHERE datname = 'second_app' AND backend_type LIKE 'Citus%'")
@@ -428,7 +422,8 @@ def test_claims_follow_the_citus_database_dropped_made_again_or_copied(cluster):
                 s.sql("CREATE DATABASE app_copy TEMPLATE second_app")
                 break
             except Exception as e:  # noqa: BLE001 - "being accessed by other users", tried again
-                assert time.time() < deadline and "being accessed by other users" in str(e), e
+                assert "being accessed by other users" in str(e), e
+                deadline.check()
         # A session's first ID in the copy finds its Citus metadata listing
         # this node too: said, and the claims stay where they were.
         s.one(nextval, dbname="app_copy")

@@ -23,7 +23,7 @@ import subprocess
 
 import pytest
 
-from harness import REPO, application_role, drivers_python, go_path, server, use_opaque_keys
+from harness import PROGRAM_TIMEOUT, REPO, application_role, drivers_python, go_path, server, use_opaque_keys
 
 APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
@@ -57,7 +57,7 @@ def go_env(env):
 
 
 def run(cwd, command, env):
-    out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=PROGRAM_TIMEOUT)
     text = out.stdout + out.stderr
     print(f"$ {' '.join(command)}  (in {os.path.relpath(cwd, REPO)})\n{text[-4000:]}")
     assert out.returncode == 0, f"{' '.join(command)} failed:\n{text[-6000:]}"

@@ -10,14 +10,14 @@ import subprocess
 
 import pytest
 
-from harness import application_role, server
+from harness import PROGRAM_TIMEOUT, application_role, server
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 
 
 def run(s, *command):
     env = {**os.environ, **s.app_env}
-    out = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(command, cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=PROGRAM_TIMEOUT)
     print(out.stdout)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout

@@ -34,9 +34,13 @@ def run_tests(tmp, **env):
         # pgrx pointed at the system's major in a configuration of its own:
         # the run around this one points its own at every major meanwhile.
         "PGRX_HOME": os.path.join(tmp, "pgrx"),
+        # Its own copy of the system's PostgreSQL, should a layer want one:
+        # the run around this one runs its servers from its own.
+        "SNOWFLAKE_OWN_SYSTEM_PG": os.path.join(tmp, "own-postgres"),
         **env,
     }
-    for k in ("SNOWFLAKE_AVAILABLE_MAJORS", "SNOWFLAKE_REQUIRED_MAJORS", "PG_BIN", "PG_REGRESS"):
+    for k in ("SNOWFLAKE_AVAILABLE_MAJORS", "SNOWFLAKE_REQUIRED_MAJORS", "PG_BIN", "PG_REGRESS", "SNOWFLAKE_TEST_LOAD",
+              "SNOWFLAKE_SYSTEM_PG_BIN", "SNOWFLAKE_SYSTEM_PG_CONFIG"):
         if k not in env or env[k] is None:
             env.pop(k, None)
     return subprocess.run([os.path.join(REPO, "scripts", "test.sh")], cwd=REPO, env=env, capture_output=True,

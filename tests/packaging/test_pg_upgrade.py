@@ -18,12 +18,11 @@ the newest major the one before it), upgraded to PG_BIN's newer major."""
 import glob
 import os
 import subprocess
-import time
 
 import pytest
 
 from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
-from harness import PG_BIN, Server, _as_postgres, pg_major, servers
+from harness import PG_BIN, Server, _as_postgres, pg_major, servers, wait_until
 
 OLD_BIN = os.environ.get("SNOWFLAKE_UPGRADE_FROM_BIN")
 
@@ -42,11 +41,11 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
         old.sql(SCHEMA)
         data = fill(old)
         old_sysid = old.one("SELECT system_identifier FROM pg_control_system()")
-        deadline = time.time() + 30
-        while not old.one(f"SELECT count(*) FROM snowflake_id.snowflake_claims WHERE system_identifier = {old_sysid}"
-                          " AND last_seen > now() - interval '3 s'", dbname="claims"):
-            assert time.time() < deadline, "the old cluster's claims worker never claimed"
-            time.sleep(0.2)
+        # A live claim, refreshed by this run of the old cluster.
+        wait_until(lambda: old.one(f"SELECT count(*) FROM snowflake_id.snowflake_claims"
+                                   f" WHERE system_identifier = {old_sysid}"
+                                   " AND last_seen >= pg_postmaster_start_time()", dbname="claims"),
+                   "the old cluster's claims worker never claimed")
         top = data["top"]
         old.stop()
 
@@ -70,16 +69,20 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
         assert new.one(f"SELECT last_seen = 'epoch' FROM snowflake_id.snowflake_claims"
                        f" WHERE system_identifier = {old_sysid}", dbname="claims") is True
         new_sysid = new.one("SELECT system_identifier FROM pg_control_system()")
-        deadline = time.time() + 30
-        while not new.one(f"SELECT count(*) FROM snowflake_id.snowflake_claims WHERE system_identifier = {new_sysid}",
-                          dbname="claims"):
-            assert time.time() < deadline, "the upgraded cluster's claims worker never claimed"
-            time.sleep(0.2)
+        own = f"SELECT max(last_seen) FROM snowflake_id.snowflake_claims WHERE system_identifier = {new_sysid}"
+        wait_until(lambda: new.one(own, dbname="claims"), "the upgraded cluster's claims worker never claimed")
         check_copy(new, data, what=f"pg_upgrade --link {old_major} -> {new_major}")
-        # And over three more refreshes, no refusal appears.
-        until = time.time() + 6.5
-        while time.time() < until:
+        # And over three more refreshes of its claim (each judges the claims
+        # it reads, the old cluster's among them), no refusal appears.
+        seen = [new.one(own, dbname="claims")]
+
+        def three_more_refreshes():
             assert new.one("SELECT snowflake_nextval()") > top
             assert new.one("SELECT problem FROM snowflake_id.snowflake_status") is None
-            time.sleep(0.25)
+            now = new.one(own, dbname="claims")
+            if now != seen[-1]:
+                seen.append(now)
+            return len(seen) > 3
+
+        wait_until(three_more_refreshes, lambda: f"the claim was refreshed {len(seen) - 1} of 3 times", interval=0.25)
         assert "live server" not in new.log_text()

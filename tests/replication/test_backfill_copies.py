@@ -6,10 +6,9 @@ tests/replication/test_copies.py and tests/packaging/test_pg_upgrade.py.)"""
 
 import random
 import threading
-import time
 
 import psycopg2
-from harness import Server, servers
+from harness import Deadline, Server, Window, servers, wait_until
 
 BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
 HIST = "CREATE TABLE hist (id bigint PRIMARY KEY, at timestamptz NOT NULL)"
@@ -19,12 +18,16 @@ SPAN = 50_000
 
 
 class Backfills:
-    """Sessions backfilling random stretches of TIMES for a while: rows
-    (each statement commits) and bare arrays. Every ID received is kept."""
+    """Sessions backfilling random stretches of TIMES: rows (each statement
+    commits) and bare arrays, each session for `seconds` and at least one
+    statement (the first of session 1 writes rows), or with seconds=None
+    until stop() or until the server goes away. Every ID received is kept."""
 
-    def __init__(self, srv, seconds, sessions=2):
+    def __init__(self, srv, seconds=None, sessions=2):
         self.srv = srv
-        self.deadline = time.time() + seconds
+        self.window = Window(seconds) if seconds is not None else None
+        self.stopped = threading.Event()
+        self.statements = 0
         self.ids, self.errors = [], []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run, args=(k,)) for k in range(sessions)]
@@ -39,7 +42,13 @@ class Backfills:
             self.errors.append(str(e))
             return
         cur = conn.cursor()
-        while time.time() < self.deadline:
+        deadline = Deadline(f"backfills on {self.srv.name}")
+        ran = 0
+        while not self.stopped.is_set() and (self.window is None or self.window.open() or not ran):
+            if deadline.passed():
+                self.errors.append("the backfills were not stopped within the harness timeout")
+                return
+            ran += 1
             lo = rnd.randint(1, SPAN - 2000)
             try:
                 if rnd.random() < 0.7:
@@ -56,6 +65,10 @@ class Backfills:
                 return
             with self.lock:
                 self.ids.extend(got)
+                self.statements += 1
+
+    def stop(self):
+        self.stopped.set()
 
     def join(self):
         for t in self.threads:
@@ -91,9 +104,10 @@ def test_a_standby_promoted_after_backfills_on_its_primary_repeats_none():
         s.set_clock(-3600)
         s.start()
         p.wait_for("SELECT count(*) = 1 FROM pg_stat_replication WHERE state = 'streaming'")
-        load = Backfills(p, seconds=2.5)
-        time.sleep(1.5)
-        # The primary goes away mid-load.
+        # Until the primary goes away, mid-load: once IDs were received from
+        # two statements.
+        load = Backfills(p)
+        wait_until(lambda: load.ids and load.statements >= 2, "the backfills on the primary did not start")
         p.stop("immediate")
         later = load.join()
         assert first and later and not load.errors, load.errors[:3]
@@ -115,10 +129,11 @@ def test_a_restored_base_backup_repeats_none():
     with servers() as made:
         p = primary(made, "bfr-bb")
         before = Backfills(p, seconds=2).join()
-        load = Backfills(p, seconds=3)
-        time.sleep(0.5)
+        load = Backfills(p)  # until the backup is done
+        wait_until(lambda: load.ids and load.statements >= 2, "the backfills on the primary did not start")
         b = Server("bfr-bb-copy", copy_of=p, faketime=True)  # pg_basebackup while it backfills
         made.append(b)
+        load.stop()
         after = load.join()
         p.stop("immediate")
         b.set_clock(-3600)

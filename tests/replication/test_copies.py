@@ -15,17 +15,17 @@ application stored itself, and snowflake_resume_above(uuid) takes a uuid
 column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
 
 import os
-import time
 
-from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
-from harness import PG_BIN, Server, _as_postgres, application_role, servers
+from copies import CLOCK_BEHIND_S, SCHEMA, a_second_past_the_last_id, check_copy, fill
+from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers
 
 
 # Debian's own PostgreSQL: the dump's source wherever the suite runs, so
 # that on a newer major the dump crosses majors as users' do on the way up
 # (15.20's pg_dump leaves its pg_attver column option out; see
-# docs/operators.md, "On the way to 18").
-SYSTEM_BIN = "/usr/lib/postgresql/15/bin"
+# docs/operators.md, "On the way to 18"). The test command's own copy of it,
+# where the extension is installed.
+SYSTEM_BIN = SYSTEM_PG_BIN
 
 
 def original(made, name, conf=None, bin=None):
@@ -266,7 +266,7 @@ def test_a_value_far_ahead_moves_no_ids_and_is_said():
         a, data = original(made, "floors-far-a")
         a.sql("CREATE DOMAIN idd AS bigint")
         a.sql("CREATE TABLE d (id idd PRIMARY KEY DEFAULT snowflake_nextval())")
-        time.sleep(1.0)
+        a_second_past_the_last_id(a)
         a.sql("INSERT INTO d SELECT FROM generate_series(1, 10)")
         a.sql("INSERT INTO t (id, n) VALUES (snowflake_from_timestamp(now() + interval '30 days'), -7)")
         a.sql("INSERT INTO ev (id, n) VALUES (9223372036854775807, -7), (-5, -7)")

@@ -13,11 +13,10 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 
 import psycopg2
 import pytest
-from harness import WORK, Server, _as_postgres, servers
+from harness import WORK, Deadline, Server, Window, _as_postgres, servers, wait_until
 
 LOAD_S = 1.5
 TABLE = "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz DEFAULT clock_timestamp())"
@@ -28,13 +27,16 @@ HINT_SQL = re.compile(r"ALTER SYSTEM SET snowflake_id\.max_lead = '[^']+'")
 
 
 class Load:
-    """Sessions taking IDs for a while; `rows` inserts them into t (each
-    statement commits), otherwise bare SELECTs. Follows a 'clock behind' HINT
-    once, as an operator would."""
+    """Sessions taking IDs; `rows` inserts them into t (each statement
+    commits), otherwise bare SELECTs. Each session goes on for `seconds`
+    and until the load has received IDs (however slow the machine), or with
+    seconds=None until stop() or until the server goes away. Follows a
+    'clock behind' HINT once, as an operator would."""
 
     def __init__(self, srv, seconds=LOAD_S, sessions=3, rows=True, setup=None):
         self.srv, self.rows, self.setup = srv, rows, setup
-        self.deadline = time.time() + seconds
+        self.window = Window(seconds) if seconds is not None else None
+        self.stopped = threading.Event()
         self.ids, self.errors, self.hints_followed = [], [], []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self.run) for _ in range(sessions)]
@@ -57,7 +59,11 @@ class Load:
                  else ["SELECT snowflake_nextval() FROM generate_series(1, 100)",
                        "SELECT snowflake_uuid_to_id(snowflake_uuidv7()) FROM generate_series(1, 100)"])
         turn = 0
-        while time.time() < self.deadline:
+        deadline = Deadline(f"the load on {self.srv.name}")
+        while self.going():
+            if deadline.passed():
+                self.errors.append("the load did not end within the harness timeout")
+                return
             try:
                 turn += 1
                 cur.execute(stmts[turn % len(stmts)])
@@ -70,20 +76,31 @@ class Load:
             with self.lock:
                 self.ids.extend(got)
 
+    def going(self):
+        if self.stopped.is_set():
+            return False
+        if self.window is None:
+            return True
+        with self.lock:
+            return self.window.open() or not self.ids
+
+    def stop(self):
+        self.stopped.set()
+
     def follow_hint(self, e):
         hint = e.diag.message_hint or ""
         m = HINT_SQL.search(hint)
         if e.pgcode != "55000" or not m:
             self.errors.append(f"{e.pgcode}: {e.diag.message_primary} / {hint}")
-            time.sleep(0.05)
+            Deadline.nap(0.05)
             return
         with self.lock:
             if m.group(0) in self.hints_followed:
                 return
             self.hints_followed.append(m.group(0))
         self.srv.sql(m.group(0))
-        self.srv.sql("SELECT pg_reload_conf()")
-        time.sleep(0.2)
+        # The HINT's pg_reload_conf(), and new sessions have the setting.
+        self.srv.reload_and_wait()
 
     def join(self):
         for t in self.threads:
@@ -161,7 +178,6 @@ def test_a_standby_refuses_at_any_clock_offset():
         s.wait_for(f"SELECT count(*) = {len(old) + 1000} FROM t", what="the standby did not catch up")
         for offset in (-3600, 3600, 0):
             s.set_clock(offset)
-            time.sleep(1.2)
             check_standby_refuses(s, p)
 
 
@@ -177,11 +193,17 @@ def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
         p.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         p.sql("SELECT pg_reload_conf()")
         p.wait_for("SELECT sync_state = 'sync' FROM pg_stat_replication", what="the standby is not synchronous")
-        load = Load(p, seconds=3, rows=False, setup="SET synchronous_commit = off")
-        time.sleep(0.5)
+        # Until the primary dies.
+        load = Load(p, seconds=None, rows=False, setup="SET synchronous_commit = off")
+        p.wait_for("SELECT standby_waits > 0 FROM snowflake_id.snowflake_status",
+                   what="no mark waited for the synchronous standby")
         receiver = s.one("SELECT pid FROM pg_stat_wal_receiver")
         os.kill(receiver, signal.SIGSTOP)
-        time.sleep(2)
+        # The primary goes on until a mark waits for the frozen receiver
+        # longer than max_wait (the status says so): IDs above the last
+        # confirmed mark are not handed out meanwhile.
+        p.wait_for("SELECT problem LIKE 'no synchronous standby confirmed%' FROM snowflake_id.snowflake_status",
+                   what="no mark waited out the frozen receiver")
         waits, wait_ms = p.sql("SELECT standby_waits, extract(epoch FROM standby_wait_time) * 1000 FROM snowflake_id.snowflake_status")[0]
         print(f"marks confirmed by the synchronous standby: {waits}, {float(wait_ms) / max(waits, 1):.2f} ms each on average"
               " (the last one waited out the frozen receiver)")
@@ -196,17 +218,22 @@ def test_a_synchronous_standby_covers_ids_that_never_reached_a_row():
         assert waits > 0, "no mark waited for the synchronous standby"
 
 
-def copy_state_file_first(p, seconds):
+def copy_state_file_first(p):
     """A file-level base backup (pg_backup_start / pg_backup_stop) that copies
-    snowflake_id.state first and the rest `seconds` later, as a copy of a
-    large data directory does, while the primary keeps issuing IDs."""
+    snowflake_id.state first and the rest later, as a copy of a large data
+    directory does, while the primary keeps issuing IDs: once the primary
+    has issued IDs above the mark the copied state file holds."""
     def copy(dest):
         conn = p.connect()
         cur = conn.cursor()
         cur.execute("SELECT pg_backup_start('test', true)")
         os.makedirs(dest)
         shutil.copy2(os.path.join(p.data, "snowflake_id.state"), dest)
-        time.sleep(seconds)
+        # The status's mark, read after the copy, is the file's or a later
+        # one (the file is written before the status shows its mark).
+        copied = p.one("SELECT durable_mark FROM snowflake_id.snowflake_status")
+        p.wait_for(f"SELECT last_id_time >= '{copied.isoformat()}' FROM snowflake_id.snowflake_status",
+                   what=f"the primary issued no ID above the copied mark {copied}")
         skip = shutil.ignore_patterns("postmaster.pid", "postmaster.opts", "snowflake_id.state")
         try:
             shutil.copytree(p.data, dest, dirs_exist_ok=True, ignore=skip)
@@ -228,10 +255,11 @@ def copy_state_file_first(p, seconds):
 def test_a_restored_base_backup_with_its_clock_behind():
     with servers() as made:
         p = primary(made, "bb-primary")
-        load = Load(p, seconds=3)
-        time.sleep(0.3)
-        b = Server("bb-copy", copy_of=p, faketime=True, copy_with=copy_state_file_first(p, 1.5))
+        load = Load(p, seconds=None)  # until the backup is done
+        wait_until(lambda: load.ids, "the load on the primary did not start")
+        b = Server("bb-copy", copy_of=p, faketime=True, copy_with=copy_state_file_first(p))
         made.append(b)
+        load.stop()
         old = load.join()
         p.stop("immediate")
         b.set_clock(-11)
@@ -258,16 +286,22 @@ def test_point_in_time_recovery_with_its_clock_behind():
         p = primary(made, "pitr-primary", conf={"archive_mode": "on", "archive_command": f"'cp %p {archive}/%f'"})
         r = Server("pitr-copy", copy_of=p, faketime=True)  # the base backup, before the load
         made.append(r)
-        load = Load(p, seconds=3)
-        time.sleep(2)
+        load = Load(p, seconds=None)  # until stopped below
+        wait_until(lambda: len(load.ids) >= 1000, "the load on the primary did not start")
         p.sql("SELECT pg_create_restore_point('middle')")
+        # Rows after the restore point, more than the rows before it can
+        # have been committed and not yet received (a statement of 100 rows
+        # per session) plus the 1000 rows of primary(): the recovery to it
+        # replays fewer rows than the load made.
+        at_point = len(load.ids)
+        wait_until(lambda: len(load.ids) > at_point + 1000 + 3 * 100, "the load after the restore point stalled")
+        load.stop()
         old = load.join()
         # Every segment up to the one the switch closed (the restore point is
         # in it or before it), however many segments the load filled.
         last = p.one("SELECT pg_walfile_name(pg_switch_wal())")
         p.wait_for(f"SELECT last_archived_wal >= '{last}' FROM pg_stat_archiver",
                    what=f"the archiver did not reach {last}")
-        time.sleep(0.5)
         p.stop("fast")
         r.set_conf(restore_command=f"'cp {archive}/%f %p'", recovery_target_name="'middle'",
                    recovery_target_action="'promote'", archive_mode="off")
@@ -294,10 +328,13 @@ def test_crash_recovery_without_the_state_file():
         old = Load(srv, seconds=4).join()
         # A checkpoint after the load: recovery starts after every mark the
         # load wrote, so only the mark logged again after the checkpoint is
-        # replayed, and the state file is gone.
-        time.sleep(0.3)
+        # replayed, and the state file is gone. The reserver logs it again
+        # once it sees the checkpoint: wait for that record in WAL.
+        srv.sql("CREATE EXTENSION pg_walinspect")
         srv.sql("CHECKPOINT")
-        time.sleep(0.3)
+        redo = srv.one("SELECT redo_lsn FROM pg_control_checkpoint()")
+        wait_until(lambda: srv.mark_wal(redo, srv.one("SELECT pg_current_wal_flush_lsn()"))[0],
+                   "the reserver did not log the mark again after the checkpoint")
         srv.kill9_all()
         os.remove(os.path.join(srv.data, "snowflake_id.state"))
         # Far enough back that the clock alone would revisit the IDs above.

@@ -2,16 +2,15 @@
 issue the same ID, and each ID names the server that made it."""
 
 import threading
-import time
 
 import pytest
-from harness import server
+from harness import Deadline, Window, server
 
-# Each round, both servers take IDs in batches for this long, started
-# together; rounds go on until the two have issued in one same millisecond
-# (a busy machine can starve one thread for a whole round).
+# Each round, both servers take IDs in batches for this long (each at least
+# one batch), started together; rounds go on until the two have issued in
+# one same millisecond (a busy machine can starve one thread for a whole
+# round), within the harness's timeout.
 ROUND_S = 0.5
-ROUNDS = 20
 
 
 @pytest.mark.parametrize("layout", ["snowflake_id", "pgedge"])
@@ -27,21 +26,24 @@ def test_servers_with_different_worker_ids_never_collide(layout):
         def take(worker):
             cur = cursors[worker]
             start.wait()
-            until = time.monotonic() + ROUND_S
-            while time.monotonic() < until:
+            window = Window(ROUND_S)
+            batches = 0
+            while window.open() or not batches:
                 cur.execute("SELECT i FROM snowflake_nextval_batch(10000) i")
                 made[worker].extend(r[0] for r in cur.fetchall())
+                batches += 1
 
         def shared_millisecond():
             return {i >> 22 for i in made[1]} & {i >> 22 for i in made[2]}
 
-        for _ in range(ROUNDS):
+        rounds = Deadline("the servers never shared a millisecond")
+        while True:
             threads = [threading.Thread(target=take, args=(w,)) for w in (1, 2)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            if shared_millisecond():
+            if shared_millisecond() or rounds.passed():
                 break
         for worker, cur in cursors.items():
             cur.execute(
@@ -53,4 +55,4 @@ def test_servers_with_different_worker_ids_never_collide(layout):
         assert len(set(ids_a)) == len(ids_a) and len(set(ids_b)) == len(ids_b), "a server repeated an ID"
         assert not set(ids_a) & set(ids_b), "two servers issued the same ID"
         # They were made in the same milliseconds: only the worker bits keep them apart.
-        assert shared_millisecond(), f"the servers never shared a millisecond in {ROUNDS} rounds"
+        assert shared_millisecond(), f"the servers never shared a millisecond in {rounds.timeout:.0f} s of rounds"

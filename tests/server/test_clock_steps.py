@@ -2,12 +2,13 @@
 
 import re
 import threading
-import time
 
 import pytest
-from harness import server
+from harness import Deadline, Stopwatch, let_run, server, wait_until
 
-STEP_SETTLE = 2.0  # every process re-reads the faked clock within about a second
+# The fixture's wait policy.
+MAX_LEAD = 10
+MAX_WAIT = 3
 
 
 class Load:
@@ -57,19 +58,31 @@ def assert_increasing(ids):
 
 @pytest.fixture
 def clocked():
-    conf = {"snowflake_id.max_lead": "'10s'", "snowflake_id.max_wait": "'3s'"}
+    conf = {"snowflake_id.max_lead": f"'{MAX_LEAD}s'", "snowflake_id.max_wait": f"'{MAX_WAIT}s'"}
     with server("clock-steps", faketime=True, conf=conf) as srv:
         yield srv
+
+
+def issued(load, at_least):
+    """Waits until the load has taken at_least IDs (or met an error)."""
+    wait_until(lambda: len(load.ids) >= at_least or load.errors, lambda: f"the load took only {len(load.ids)} IDs")
 
 
 def test_a_step_back_within_max_lead_is_absorbed_without_wait_or_error(clocked):
     srv = clocked
     load = Load(srv)
-    time.sleep(1)
-    waits_before = counters(srv)[0]
-    srv.set_clock(-5)
-    time.sleep(STEP_SETTLE + 1)
-    ids = load.finish()
+    try:
+        issued(load, 1)
+        waits_before = counters(srv)[0]
+        srv.set_clock(-5)
+        # Every process of the server reads the stepped clock now: the load
+        # goes on across the step a while, and for some IDs at least.
+        srv.wait_for("SELECT clock_steps_back >= 1 FROM snowflake_id.snowflake_status",
+                     what="the reserver did not see the step")
+        let_run(1)
+        issued(load, len(load.ids) + 2000)
+    finally:
+        ids = load.finish()
     assert not load.errors, load.errors[:3]
     assert counters(srv)[0] == waits_before, "a caller waited"
     assert_increasing(ids)
@@ -80,6 +93,11 @@ def test_a_step_back_within_max_lead_is_absorbed_without_wait_or_error(clocked):
     print(f"{len(ids)} IDs across a 5 s step back; IDs now lead the clock by {lead:.2f} s")
 
 
+def lead(srv):
+    """How far the last ID leads the server's clock, in seconds."""
+    return srv.one("SELECT extract(epoch FROM lead)::float8 FROM snowflake_id.snowflake_status")
+
+
 def test_a_step_back_beyond_max_lead_waits_or_errors_as_documented(clocked):
     srv = clocked
     conn = srv.connect()
@@ -87,37 +105,55 @@ def test_a_step_back_beyond_max_lead_waits_or_errors_as_documented(clocked):
     cur.execute("SELECT snowflake_nextval()")
     first = cur.fetchone()[0]
 
-    # 14 s back, of which ~2 s pass while the step settles: the IDs lead the
-    # clock by ~12 s, max_lead allows 10 s, so the next call waits ~2 s.
-    srv.set_clock(-14)
-    time.sleep(STEP_SETTLE)
-    waits, wait_s, _ = counters(srv)
-    started = time.time()
-    cur.execute("SELECT snowflake_nextval()")
-    second = cur.fetchone()[0]
-    took = time.time() - started
-    waits2, wait_s2, _ = counters(srv)
-    assert second > first
-    assert waits2 > waits, "no wait was counted"
-    assert took >= 0.5, f"returned after {took:.2f} s without waiting for the clock"
-    print(f"step 14 s back: the call waited {took:.2f} s (counted {wait_s2 - wait_s:.2f} s)")
+    # A step back that leaves the IDs 10.5 to 12.5 s ahead of the clock:
+    # more than max_lead (10 s) allows, so the next call waits for the
+    # clock, for less than max_wait (3 s). The lead is read on the server's
+    # clock; a machine so slow that the clock caught up before the call
+    # (no wait was needed, none was made) steps again.
+    offset = 0
+    deadline = Deadline("a call that had to wait for the clock")
+    while True:
+        # Settling takes up to about 2 s: step 2.5 s further, and let the
+        # server's clock bring the lead down to 12.5 s.
+        offset -= max(1, int(MAX_LEAD + 2.5 + 2.5 - lead(srv)) + 1)
+        srv.set_clock(offset)
+        srv.wait_for(f"SELECT lead <= interval '{MAX_LEAD + 2.5} s' FROM snowflake_id.snowflake_status")
+        ahead_before = lead(srv)
+        waits, wait_s, _ = counters(srv)
+        watch = Stopwatch()
+        cur.execute("SELECT snowflake_nextval()")
+        second = cur.fetchone()[0]
+        took = watch.seconds()
+        waits2, wait_s2, _ = counters(srv)
+        assert second > first
+        # Whether it waited or not, it returned an ID within max_lead of the clock.
+        ahead = srv.one("SELECT extract(epoch FROM snowflake_timestamp(%s) - clock_timestamp())::float8", (second,))
+        assert ahead <= MAX_LEAD + 0.001, f"an ID {ahead:.3f} s ahead of the clock: the call did not wait for it"
+        if waits2 > waits:
+            break
+        deadline.check()
+        first = second
+    assert wait_s2 > wait_s, "a wait of no time was counted"
+    # The call lasted at least the wait it counted.
+    assert took >= wait_s2 - wait_s, f"returned after {took:.2f} s, but counted a wait of {wait_s2 - wait_s:.2f} s"
+    print(f"step {-offset} s back, IDs {ahead_before:.2f} s ahead: the call waited {took:.2f} s"
+          f" (counted {wait_s2 - wait_s:.2f} s)")
 
-    # 60 s back: waiting would take 50 s, more than max_wait: an error at once.
-    srv.set_clock(-60)
-    time.sleep(STEP_SETTLE)
-    started = time.time()
+    # Ten minutes back: waiting would take minutes, more than max_wait: an
+    # error at once (unless more than 9 minutes passed since the step).
+    srv.set_clock(offset - 600)
+    watch = Stopwatch()
     state, message, hint = srv.error("SELECT snowflake_nextval()")
-    took = time.time() - started
+    took = watch.seconds()
     assert state == "55000", (state, message)
     assert "behind the time of the next ID" in message and "snowflake_id.max_lead (10.0 s)" in message, message
     assert "IDs resume by themselves in" in hint and "ALTER SYSTEM SET snowflake_id.max_lead" in hint, hint
     assert counters(srv)[0] == waits2, "the call waited instead of failing at once"
-    print(f"step 60 s back: error after {took:.3f} s: {message}")
+    print(f"step 600 s back: error after {took:.3f} s: {message}")
 
     # The operator's way out: a larger max_lead, on reload, no restart.
-    srv.sql("ALTER SYSTEM SET snowflake_id.max_lead = '2min'")
-    srv.sql("SELECT pg_reload_conf()")
-    time.sleep(0.5)
+    srv.sql("ALTER SYSTEM SET snowflake_id.max_lead = '15min'")
+    srv.reload_and_wait()
     cur = srv.connect().cursor()
     cur.execute("SELECT snowflake_nextval()")
     third = cur.fetchone()[0]
@@ -129,10 +165,8 @@ def test_a_forward_jump_of_forty_days_has_a_way_out_that_works(clocked):
     setting takes, however far the clock went."""
     srv = clocked
     srv.set_clock(40 * 86400)
-    time.sleep(STEP_SETTLE)
     ahead = srv.one("SELECT snowflake_nextval()")
     srv.set_clock(0)
-    time.sleep(STEP_SETTLE)
     state, message, hint = srv.error("SELECT snowflake_nextval()")
     assert state == "55000", (state, message)
     # Days: more than an int of milliseconds (24.8 days) can hold.

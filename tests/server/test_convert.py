@@ -5,11 +5,10 @@ pg_regress/sql/convert.sql."""
 
 import random
 import threading
-import time
 
 import psycopg2
 
-from harness import server
+from harness import Stopwatch, Window, server, wait_until
 
 SERIAL_TOP = 2**31
 
@@ -85,6 +84,18 @@ def insert_loop(s, stop, errors, counts, who):
         errors.append(f"{who}: {e}")
 
 
+def inserts_for_a_while(s, errors, done):
+    """Lets the inserting sessions go on for 1.5 s and until the query
+    `done` holds; an insert that failed ends the wait."""
+    window = Window(1.5)
+
+    def enough():
+        assert errors == [], errors
+        return not window.open() and s.one(done)
+
+    wait_until(enough, f"the inserts never got this far: {done}")
+
+
 def test_a_table_under_concurrent_inserts_is_converted_without_failing_one_insert():
     with server("convert-busy", conf={"snowflake_id.worker_id": 3}) as s:
         s.sql("""
@@ -97,11 +108,14 @@ def test_a_table_under_concurrent_inserts_is_converted_without_failing_one_inser
         threads = [threading.Thread(target=insert_loop, args=(s, stop, errors, counts, i)) for i in range(4)]
         for t in threads:
             t.start()
-        time.sleep(1.5)
-        start = time.time()
+        # Inserts before the conversion, and after it (new keys in both
+        # tables): for a while, and at least one of each, however slow.
+        inserts_for_a_while(s, errors, f"SELECT count(*) > 1000 FROM orders WHERE id < {SERIAL_TOP}")
+        watch = Stopwatch()
         ran = [r[0] for r in s.sql("SELECT snowflake_convert('orders')")]
-        took = time.time() - start
-        time.sleep(1.5)
+        took = watch.seconds()
+        inserts_for_a_while(s, errors, f"SELECT (SELECT count(*) > 0 FROM orders WHERE id >= {SERIAL_TOP})"
+                                       f" AND (SELECT count(*) > 0 FROM lines WHERE order_id >= {SERIAL_TOP})")
         stop.set()
         for t in threads:
             t.join()
@@ -173,11 +187,16 @@ def test_views_partitions_sequences_and_errors_inside_exception_blocks():
         t = threading.Thread(target=lambda: result.update(ran=s.sql(
             "SELECT snowflake_convert('held', drop_sequence => true)")))
         t.start()
-        time.sleep(2)
+        # The conversion has found the sequence held, and pauses between
+        # attempts to lock it (on its latch: wait event Extension).
+        pausing = ("SELECT count(*) > 0 FROM pg_stat_activity WHERE query LIKE '%snowflake_convert(''held''%'"
+                   " AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()")
+        wait_until(lambda: not t.is_alive() or s.one(pausing), "the conversion never waited for the held sequence")
+        assert t.is_alive(), f"the conversion did not wait for the transaction that holds the sequence: {result}"
         cur.execute("INSERT INTO held VALUES (currval('held_id_seq'))")
         app.commit()
         app.close()
-        t.join(60)
+        wait_until(lambda: not t.is_alive(), "the conversion did not end once the application's transaction did")
         assert ("DROP SEQUENCE public.held_id_seq;",) in result["ran"], result
         # An error while it waits for its locks, caught by an exception
         # block: the block's own work is undone, as the block promises, and

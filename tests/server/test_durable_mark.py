@@ -5,9 +5,8 @@ data that arrived without the mark (pg_upgrade, a logical dump) holds.
 """
 
 import os
-import time
 
-from harness import server
+from harness import TIMEOUT, Deadline, Stopwatch, Window, let_run, server
 
 STATE = "snowflake_id.state"
 
@@ -22,22 +21,48 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
         # Under load: a few small records a second, written by the reserver.
         lsn0 = srv.one("SELECT pg_current_wal_flush_lsn()")
         w0 = writes(srv)
-        deadline = time.time() + 3
+        watch = Stopwatch()
+        window = Window(3)
+        batches = 0
+        deadline = Deadline("the writer never wrote the mark under load")
         with srv.connect() as conn, conn.cursor() as cur:
-            while time.time() < deadline:
+            # Three seconds of load, and on until the writer has written the
+            # mark ahead of it at least once (a starved writer only makes
+            # the load longer).
+            while window.open() or batches == 0 or writes(srv)[0] == w0[0]:
+                deadline.check()
                 cur.execute("SELECT count(*) FROM snowflake_nextval_batch(20000)")
+                batches += 1
+        seconds = watch.seconds()
         lsn1 = srv.one("SELECT pg_current_wal_flush_lsn()")
         records, nbytes = srv.mark_wal(lsn0, lsn1)
         w1 = writes(srv)
-        print(f"under load, 3 s: {records} mark records, {nbytes} bytes of WAL; "
-              f"mark writes {w1[0] - w0[0]} by the writer, {w1[1] - w0[1]} by callers")
-        assert 0 < records <= 20, records
-        assert w1[1] - w0[1] <= 1, "callers wrote the mark under steady load"
-        time.sleep(1)  # the writer's last look at the load
-        # Idle: nothing at all for 10 s.
+        by_writer, by_callers = w1[0] - w0[0], w1[1] - w0[1]
+        print(f"under load, {seconds:.1f} s: {records} mark records, {nbytes} bytes of WAL; "
+              f"mark writes {by_writer} by the writer, {by_callers} by callers")
+        # Each write of the mark is one small record, and nothing else of
+        # the mark's is logged. How many writes a second the load causes,
+        # and how few of them callers make (a writer starved of CPU leaves
+        # them to callers, which is right), are the benchmark's to measure.
+        assert by_writer >= 1
+        assert records == by_writer + by_callers, (records, by_writer, by_callers)
+        assert nbytes <= 128 * records, (nbytes, records)
+        # The writer's last look at the load: the last mark it wrote for it
+        # is about a second ahead of the clock. Once the server's clock has
+        # passed it, a checkpoint makes the writer log the mark again at its
+        # next round: a round after the load, which has seen the load's
+        # last ID, so that no later round finds anything new.
+        srv.wait_for("SELECT durable_mark < clock_timestamp() FROM snowflake_id.snowflake_status",
+                     what="the server's clock never passed the durable mark")
+        relogged = writes(srv)[0]
+        srv.sql("CHECKPOINT")
+        srv.wait_for(f"SELECT mark_writes > {relogged} FROM snowflake_id.snowflake_status",
+                     what="the writer did not log the mark again after a checkpoint")
+        # Idle: nothing at all for 10 s (a slow machine only looks at fewer
+        # of the writer's rounds; what is asserted holds for any number).
         lsn0, w0 = srv.one("SELECT pg_current_wal_flush_lsn()"), writes(srv)
         mtime0 = os.stat(os.path.join(srv.data, STATE)).st_mtime_ns
-        time.sleep(10)
+        let_run(10)
         lsn1, w1 = srv.one("SELECT pg_current_wal_flush_lsn()"), writes(srv)
         assert srv.mark_wal(lsn0, lsn1) == (0, 0), "an idle server logged its mark"
         assert w1 == w0, "an idle server wrote its mark"
@@ -100,8 +125,7 @@ def test_resume_above_puts_new_ids_above_data_that_came_without_the_mark():
         code, _, hint = srv.error("SELECT snowflake_nextval()")
         assert code == "55000" and "max_lead" in hint, (code, hint)
         srv.sql("ALTER SYSTEM SET snowflake_id.max_lead = '3h'")
-        srv.sql("SELECT pg_reload_conf()")
-        time.sleep(0.3)
+        srv.reload_and_wait()
         top = srv.one("SELECT max(id) FROM t")
         assert srv.one("SELECT snowflake_nextval()") > top
         # Never back down.
@@ -116,7 +140,7 @@ def test_a_synchronous_standby_that_never_answers_bounds_the_wait_and_shows():
         srv.sql("ALTER SYSTEM SET synchronous_standby_names = 'ghost'")
         srv.reload_and_wait()
         # A wait without end would meet the statement timeout (57014) instead.
-        state, message, hint = srv.error("SET statement_timeout = '30s'; SELECT snowflake_nextval()")
+        state, message, hint = srv.error(f"SET statement_timeout = '{int(TIMEOUT)}s'; SELECT snowflake_nextval()")
         assert state == "55000" and message.startswith("no synchronous standby confirmed"), (state, message)
         assert "synchronous_standby_names" in hint, hint
         assert srv.one("SELECT problem FROM snowflake_id.snowflake_status") == message

@@ -11,24 +11,28 @@ on real servers:
 - text arguments in LATIN1 and SQL_ASCII databases."""
 
 import contextlib
+import datetime
 import json
 import os
 import re
 import subprocess
 import threading
-import time
 
 import psycopg2
 import pytest
-from harness import REPO, Server, drivers_python, servers
-from claims_cluster import DETECT_TIMEOUT_S, dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
+from harness import PROGRAM_TIMEOUT, REPO, Deadline, Server, Window, drivers_python, servers, wait_until
+from claims_cluster import dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
 
 
-def wait_log(s, text, timeout=DETECT_TIMEOUT_S):
-    deadline = time.time() + timeout
-    while text not in s.log_text():
-        assert time.time() < deadline, f"{s.name}: the log never said {text!r}"
-        time.sleep(0.1)
+def judged(s, name):
+    """Waits until the claims worker of `s`, whose claim is named `name`,
+    has judged what its claims table holds now: each refresh writes the
+    claim, reads the table and judges it, so the second write from here
+    comes after the judging of a read made after now."""
+    for _ in range(2):
+        since = s.one("SELECT clock_timestamp()")
+        s.wait_for(f"SELECT count(*) > 0 FROM snowflake_id.snowflake_claims WHERE name = '{name}'"
+                   f" AND last_seen > '{since}'", what=f"{s.name} did not refresh its claim")
 
 
 # --- claims -----------------------------------------------------------------
@@ -56,9 +60,9 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
         code, message, hint = b.error("SELECT snowflake_nextval()")
         assert code == "55000" and "poison-a" in message and "another worker id" in hint, (code, message)
         for s in (a, b):
-            wait_log(s, "claimed_at is -infinity")
-            wait_log(s, "worker_id -1 is negative")
-            wait_log(s, "timeline 0 is not a timeline")
+            s.wait_for_log("claimed_at is -infinity")
+            s.wait_for_log("worker_id -1 is negative")
+            s.wait_for_log("timeline 0 is not a timeline")
             assert "x" * 65 not in s.log_text()
             # A worker id past every layout's bits is nobody's: judged, never
             # wrapped onto a real one (-1 was once reported as 4294967295).
@@ -92,16 +96,24 @@ def test_emptying_claims_on_a_publisher_breaks_no_subscription_and_changes_no_cl
         b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 42", what="the subscription stopped")
         assert b.one("SELECT claimed_at FROM snowflake_id.snowflake_claims WHERE name = 'trunc-a'") == claimed
         assert "duplicate key" not in b.log_text()
-        # Who stops has not changed: b claimed later, b still refuses.
-        time.sleep(3)
+        # Who stops has not changed: b claimed later, b still refuses once
+        # it has judged the claim that arrived again.
+        judged(b, "trunc-b")
         assert b.error("SELECT snowflake_nextval()")[0] == "55000"
         a.sql("SELECT snowflake_nextval()")
         # Emptied on the refusing side, the other's claim counts until it
-        # would go stale, and comes back with a's next refresh.
+        # would go stale, and comes back with a's next refresh: refused all
+        # along, for a while and until the claim is back and judged.
         b.sql("SET session_replication_role = replica; TRUNCATE snowflake_id.snowflake_claims")
-        for _ in range(12):
+        window = Window(6)
+        deadline = Deadline("a's claim never arrived at b again")
+        back = "SELECT count(*) > 0 FROM snowflake_id.snowflake_claims WHERE name = 'trunc-a'"
+        while window.open() or not b.one(back):
             assert b.error("SELECT snowflake_nextval()")[0] == "55000"
-            time.sleep(0.5)
+            deadline.check()
+            Deadline.nap(0.5)
+        judged(b, "trunc-b")
+        assert b.error("SELECT snowflake_nextval()")[0] == "55000"
 
 
 def test_the_extension_made_again_on_a_publisher_breaks_no_subscription_and_changes_no_claim_time():
@@ -126,7 +138,8 @@ def test_the_extension_made_again_on_a_publisher_breaks_no_subscription_and_chan
         a.sql("INSERT INTO t (origin) VALUES ('after the extension came back')")
         b.wait_for("SELECT count(*) = 1 FROM t WHERE origin = 'after the extension came back'",
                    what="the subscription stopped after CREATE EXTENSION")
-        b.wait_for(f"SELECT last_seen > now() - interval '3 seconds' FROM snowflake_id.snowflake_claims WHERE name = 'remade-a'",
+        since = a.one("SELECT clock_timestamp()")
+        b.wait_for(f"SELECT last_seen > '{since}' FROM snowflake_id.snowflake_claims WHERE name = 'remade-a'",
                    what="a's claim no longer arrives")
         assert b.one("SELECT claimed_at FROM snowflake_id.snowflake_claims WHERE name = 'remade-a'") == claimed
         assert "duplicate key" not in b.log_text()
@@ -154,9 +167,19 @@ def test_a_template_database_is_refused_and_create_database_keeps_working():
         # A role that neither owns it nor is a superuser: nothing sends the
         # worker away for it, so the worker is not there to begin with.
         s.sql("CREATE ROLE copier LOGIN CREATEDB")
-        for i in range(3):
+        # Copies go on across the worker's next look at the template (one
+        # each 10 s, each said in the log): at least three, and until it
+        # has looked again.
+        said = 'names the template database "tpl"'
+        s.wait_for_log(said)
+        looked = s.log_text().count(said)
+        deadline = Deadline("the claims worker did not look at the template again")
+        i = 0
+        while i < 3 or s.log_text().count(said) == looked:
             s.sql(f"CREATE DATABASE from_tpl{i} TEMPLATE tpl", user="copier")
-            time.sleep(4)
+            i += 1
+            deadline.check()
+            Deadline.nap(2)
         s.sql("CREATE DATABASE plain TEMPLATE DEFAULT", user="copier")
 
 
@@ -170,51 +193,68 @@ def test_the_claims_databases_owner_can_drop_rename_and_copy_it():
         assert s.error("ALTER DATABASE claims RENAME TO gone", user="other")[0] == "42501"
         assert worker_pid(s) == pid
         # The owner's commands work; each sends the worker away once (a role
-        # other than a superuser, at most once in 10 s: they are spaced so).
+        # other than a superuser, at most once in 10 s, by the server's
+        # clock: they are spaced so).
         s.sql("CREATE DATABASE claims_copy TEMPLATE claims", user="owner")
-        sent = time.time()
+        sent = s.one("SELECT clock_timestamp()")
         wait_claims_in(s, "claims", fresh=True)
-        time.sleep(max(0.0, sent + 10.5 - time.time()))
+        ten_seconds_after(s, sent)
         s.sql("ALTER DATABASE claims RENAME TO claims_renamed", user="owner")
+        sent = s.one("SELECT clock_timestamp()")
         s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_id.snowflake_status")
-        time.sleep(10.5)
+        ten_seconds_after(s, sent)
         s.sql("ALTER DATABASE claims_renamed RENAME TO claims", user="owner")
+        sent = s.one("SELECT clock_timestamp()")
         wait_claims_in(s, "claims", fresh=True)
-        time.sleep(10.5)
+        ten_seconds_after(s, sent)
         s.sql("DROP DATABASE claims", user="owner")
         s.wait_for("SELECT problem LIKE '%cannot connect to database \"claims\"%' FROM snowflake_id.snowflake_status")
         s.sql("SELECT snowflake_nextval()")
 
 
+def ten_seconds_after(s, sent):
+    """Waits until the server's clock is past 10 s after `sent`, a time
+    of its own read after a command sent the worker away."""
+    s.wait_for(f"SELECT clock_timestamp() > '{sent}'::timestamptz + interval '10.5 s'")
+
+
 def test_a_command_ended_by_fatal_while_the_worker_is_away_lets_it_back():
     """A command that sent the claims worker away and then ends with a FATAL
-    error (its session terminated while DROP DATABASE waits for the
-    database's other sessions) never reaches its own release: the process's
-    exit releases its hold. Before, the hold stayed until its 60 s limit,
-    and every later hold of the database's owner (one each 10 s) kept the
-    worker out again for 60 s: out for good."""
+    error (its session terminated while DROP DATABASE waits, here for the
+    lock another transaction holds on the database) never reaches its own
+    release: the process's exit releases its hold. Before, the hold stayed
+    until its 60 s limit, and every later hold of the database's owner (one
+    each 10 s) kept the worker out again for 60 s: out for good."""
     with servers() as made:
         s = claims_in_a_database_of_its_own(made, "claims-away-fatal")
-        # Another session in the database: DROP DATABASE waits 5 s for it.
-        stay = s.connect(dbname="claims", user="owner")
+        # COMMENT locks the database until its transaction ends: the DROP,
+        # once it has sent the worker away, waits for that lock as long as
+        # the test needs (for the database's other sessions, it would wait
+        # only 5 s).
+        holder = s.connect(autocommit=False)
+        holder.cursor().execute("COMMENT ON DATABASE claims IS 'held'")
+        sent = s.one("SELECT clock_timestamp()")
         dropper = threading.Thread(target=lambda: s.error("DROP DATABASE claims", user="owner"))
         dropper.start()
         try:
             # The worker left (the hold is taken) and the DROP waits.
-            deadline = time.time() + DETECT_TIMEOUT_S
-            while not s.one("SELECT count(*) FILTER (WHERE backend_type = 'snowflake_id claims') = 0 "
-                            "AND count(*) FILTER (WHERE query = 'DROP DATABASE claims' AND state = 'active') = 1 "
-                            "FROM pg_stat_activity"):
-                assert time.time() < deadline, "the DROP never sent the worker away"
-                time.sleep(0.05)
+            s.wait_for("SELECT count(*) FILTER (WHERE backend_type = 'snowflake_id claims') = 0 "
+                       "AND count(*) FILTER (WHERE query = 'DROP DATABASE claims' AND state = 'active'"
+                       " AND wait_event_type = 'Lock') = 1 FROM pg_stat_activity",
+                       what="the DROP never sent the worker away")
             assert s.one("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                          "WHERE query = 'DROP DATABASE claims' AND state = 'active') t") == 1
         finally:
-            dropper.join()
-        # Back within the worker's restart (5 s) and a refresh: well inside
-        # wait_claims_in's 30 s, where a leaked hold kept it out for 60.
-        wait_claims_in(s, "claims", fresh=True)
-        stay.close()
+            wait_until(lambda: not dropper.is_alive(), "the DROP's session did not end")
+            holder.rollback()
+            holder.close()
+        # Back within the worker's restart (5 s) and a refresh, while a
+        # leaked hold would have kept it out until 60 s after it was sent
+        # away: judged on the server's clock, which a leaked hold waits out,
+        # however slow the machine.
+        back = wait_claims_in(s, "claims", fresh=True)
+        assert back < sent + datetime.timedelta(seconds=60), \
+            f"the worker was back at {back}, the hold's 60 s after {sent}: the FATAL exit did not release it"
         assert s.one("SELECT snowflake_nextval() > 0")
 
 
@@ -237,15 +277,17 @@ def worker_pid(s):
 
 
 def wait_claims_in(s, db, fresh=False):
-    """Waits until the claim in `db` is refreshed (after now, if `fresh`)."""
+    """Waits until the claim in `db` is refreshed (after now, if `fresh`);
+    returns the time it was refreshed at."""
     since = s.one("SELECT now()") if fresh else "-infinity"
-    deadline = time.time() + DETECT_TIMEOUT_S
-    while True:
+
+    def refreshed():
         with contextlib.suppress(psycopg2.Error):
-            if s.one(f"SELECT count(*) > 0 FROM snowflake_id.snowflake_claims WHERE last_seen > '{since}'", dbname=db):
-                return
-        assert time.time() < deadline, f"no claim kept in {db}: {s.one('SELECT problem FROM snowflake_id.snowflake_status')}"
-        time.sleep(0.2)
+            return s.one(f"SELECT max(last_seen) FROM snowflake_id.snowflake_claims WHERE last_seen > '{since}'",
+                         dbname=db)
+        return None
+
+    return wait_until(refreshed, lambda: f"no claim kept in {db}: {problem(s)}")
 
 
 def major(s):
@@ -269,8 +311,14 @@ def test_claims_a_subscription_applies_as_another_role_are_skipped_and_the_rest_
         before = b.one("SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'untrusted-a'")
         a.sql("INSERT INTO t (id, origin) VALUES (7, 'through an untrusted apply')")
         b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 7", what="the application's rows stopped")
-        wait_log(b, "claims arriving by this replication are skipped")
-        time.sleep(3)
+        b.wait_for_log("claims arriving by this replication are skipped")
+        # A refresh of a's claim, then a row after it: once the row is in,
+        # b has applied (skipped) the refresh before it.
+        since = a.one("SELECT clock_timestamp()")
+        a.wait_for(f"SELECT count(*) > 0 FROM snowflake_id.snowflake_claims WHERE name = 'untrusted-a'"
+                   f" AND last_seen > '{since}'", what="a did not refresh its claim")
+        a.sql("INSERT INTO t (id, origin) VALUES (8, 'after a refresh')")
+        b.wait_for("SELECT count(*) = 1 FROM t WHERE id = 8", what="the application's rows stopped")
         assert b.one("SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'untrusted-a'") == before
 
 
@@ -389,7 +437,7 @@ def test_drivers_that_prepare_statements_see_a_conversion_as_the_readme_says(srv
     srv.sql("SELECT snowflake_convert('prepared')")
     seen = {}
     for d, p in runs.items():
-        out, err = p.communicate(timeout=60)
+        out, err = p.communicate(timeout=PROGRAM_TIMEOUT)
         assert p.returncode == 0, err
         seen[d] = json.loads(out)
     print(json.dumps(seen, indent=1))

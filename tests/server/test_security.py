@@ -17,15 +17,13 @@ unreachable by timeouts, and closed to connections."""
 import contextlib
 import io
 import os
-import time
 
 import psycopg2
 import pytest
-from harness import Server, pg_major, servers
+from harness import Server, Stopwatch, pg_major, servers, wait_until
 
-REFRESH_S = 2
-# Several refresh periods of the claims worker.
-WATCH_S = 4 * REFRESH_S
+# The claims worker's refreshes (one each 2 s) watched for a trap to run.
+WATCHED_REFRESHES = 4
 
 
 def traps(author):
@@ -85,11 +83,16 @@ def claims_kept(srv, db, table="snowflake_id.snowflake_claims"):
     """Waits for this server's claim, then sees it refreshed again."""
     srv.wait_for_in(db, f"SELECT count(*) > 0 FROM {table}",
                     what=f"no claim written: {problem(srv)}")
-    first = own_claim_seen(srv, db, table)
-    deadline = time.time() + 30
-    while own_claim_seen(srv, db, table) == first:
-        assert time.time() < deadline, f"the claim was not refreshed: {problem(srv)}"
-        time.sleep(0.2)
+    refreshes(srv, db, 1, table)
+
+
+def refreshes(srv, db, n, table="snowflake_id.snowflake_claims"):
+    """Waits until the claims worker has written this server's claim `n`
+    times more (each write reads and judges the table as well)."""
+    for _ in range(n):
+        before = own_claim_seen(srv, db, table)
+        wait_until(lambda before=before: own_claim_seen(srv, db, table) != before,
+                   lambda: f"the claim was not refreshed: {problem(srv)}")
 
 
 def claims_server(made, name, db="claims", **conf):
@@ -100,14 +103,13 @@ def claims_server(made, name, db="claims", **conf):
     return srv
 
 
-def wait_for_in(self, db, query, timeout=60, what=None):
-    deadline = time.time() + timeout
-    while True:
+def wait_for_in(self, db, query, timeout=None, what=None):
+    def check():
         with contextlib.suppress(psycopg2.OperationalError):
-            if self.one(query, dbname=db, options=OWN_TIMEOUTS):
-                return
-        assert time.time() < deadline, what or f"timed out waiting for: {query}"
-        time.sleep(0.1)
+            return self.one(query, dbname=db, options=OWN_TIMEOUTS)
+        return False
+
+    wait_until(check, what or f"waiting for: {query}", timeout)
 
 
 Server.wait_for_in = wait_for_in
@@ -132,7 +134,7 @@ def test_overloads_planted_by_the_claims_databases_owner_never_run_as_the_worker
             ALTER DATABASE claims SET search_path = public, ext;
         """, dbname="claims", user="mallory")
         claims_kept(srv, "claims", "snowflake_id.snowflake_claims")
-        time.sleep(WATCH_S)
+        refreshes(srv, "claims", WATCHED_REFRESHES)
         assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
         assert srv.one("SELECT count(*) FROM public.snowflake_claims", dbname="claims") == 0
         assert not superuser(srv, "mallory")
@@ -151,7 +153,7 @@ def test_a_database_owner_installs_it_without_gaining_anything():
         srv.sql(traps("owner"), dbname="appdb", user="owner")
         srv.sql("CREATE EXTENSION snowflake_id", dbname="appdb", user="owner")
         claims_kept(srv, "appdb")
-        time.sleep(WATCH_S)
+        refreshes(srv, "appdb", WATCHED_REFRESHES)
         assert srv.sql("SELECT * FROM public.trap_log", dbname="appdb") == []
         assert not superuser(srv, "owner")
         # The extension is the owner's; its objects are the bootstrap
@@ -220,7 +222,7 @@ def test_objects_the_extensions_owner_adds_to_it_are_never_used_in_place_of_its_
                           dbname="claims")
         assert default == "zzz.snowflake_nextval()", default
         srv.sql("INSERT INTO public.adm (note) VALUES ('by a superuser')", dbname="claims")
-        time.sleep(WATCH_S)
+        refreshes(srv, "claims", WATCHED_REFRESHES)
         assert srv.sql("SELECT * FROM public.trap_log", dbname="claims") == []
         assert srv.one("SELECT count(*) FROM public.snowflake_claims", dbname="claims") == 0
         assert not superuser(srv, "mallory")
@@ -277,16 +279,23 @@ def test_a_database_lock_held_open_stalls_neither_shutdown_nor_issuance():
         srv.sql("CREATE DATABASE claims OWNER mallory")
         srv.sql("CREATE EXTENSION snowflake_id", dbname="claims")
         claims_kept(srv, "claims")
+        oid = srv.one("SELECT oid FROM pg_database WHERE datname = 'claims'")
         conn = srv.connect(user="mallory", autocommit=False)
         conn.cursor().execute("ALTER DATABASE claims RENAME TO claims_x")
         conn.cursor().execute("PREPARE TRANSACTION 'hold'")
         conn.close()
-        time.sleep(7)  # the worker is back from being sent away, and waits
+        # The worker is back from being sent away, and waits for the lock
+        # the prepared transaction holds on the database.
+        # (Only the worker connects to it; waiting inside its connection,
+        # it is not in pg_stat_activity yet.)
+        srv.wait_for("SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'object'"
+                     f" AND classid = 'pg_database'::regclass AND objid = {oid} AND NOT granted",
+                     what="the claims worker never came back to wait for the database's lock")
         assert srv.one("SELECT snowflake_nextval() > 0") is True
-        started = time.time()
+        watch = Stopwatch()
         srv.stop()
         assert not os.path.exists(os.path.join(srv.data, "postmaster.pid")), \
-            f"the fast shutdown did not end in {time.time() - started:.0f} s"
+            f"the fast shutdown did not end in {watch.seconds():.0f} s"
         srv.start()
         srv.sql("ROLLBACK PREPARED 'hold'")
 
@@ -299,7 +308,7 @@ def test_overloads_planted_by_any_role_where_public_is_open_never_run_as_the_wor
         srv.sql("CREATE ROLE eve LOGIN")
         srv.sql(traps("eve"), user="eve")
         claims_kept(srv, "postgres")
-        time.sleep(WATCH_S)
+        refreshes(srv, "postgres", WATCHED_REFRESHES)
         assert srv.sql("SELECT * FROM public.trap_log") == []
         assert not superuser(srv, "eve")
 
@@ -388,6 +397,17 @@ def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
         assert problem(srv) is None
 
 
+def claim_writes(srv, start, rel):
+    """How many rows the WAL since LSN `start` inserts into the claims
+    table `rel` (its database's oid, its file node)."""
+    end = srv.one("SELECT pg_current_wal_flush_lsn()")
+    if not srv.one("SELECT %s::pg_lsn < %s::pg_lsn", (start, end)):
+        return 0
+    return srv.one("SELECT count(*) FROM pg_get_wal_records_info(%s, %s) WHERE resource_manager = 'Heap'"
+                   " AND record_type LIKE 'INSERT%%' AND block_ref ~ %s",
+                   (start, end, f"rel [0-9]+/{rel[0]}/{rel[1]}([^0-9]|$)"))
+
+
 def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
     with servers() as made:
         srv = claims_server(made, "sec_readonly")
@@ -395,6 +415,11 @@ def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
         srv.sql("CREATE DATABASE claims OWNER mallory")
         srv.sql("CREATE EXTENSION snowflake_id", dbname="claims")
         claims_kept(srv, "claims")
+        # Where its claim's rows go, to see the worker write them in the WAL
+        # while no one can connect to the database to look.
+        srv.sql("CREATE EXTENSION pg_walinspect")
+        rel = (srv.one("SELECT oid FROM pg_database WHERE datname = 'claims'"),
+               srv.one("SELECT pg_relation_filenode('snowflake_id.snowflake_claims')", dbname="claims"))
         for setting in ("default_transaction_read_only = on", "statement_timeout = 1", "lock_timeout = 1",
                         "idle_in_transaction_session_timeout = 1", "default_transaction_isolation = serializable",
                         "search_path = nowhere"):
@@ -402,7 +427,9 @@ def test_a_database_owner_cannot_turn_claims_off_with_database_settings():
         srv.sql("ALTER DATABASE claims ALLOW_CONNECTIONS false", user="mallory")
         srv.restart()
         restarted = srv.one("SELECT now()")
-        time.sleep(WATCH_S)
+        start = srv.one("SELECT pg_current_wal_flush_lsn()")
+        wait_until(lambda: claim_writes(srv, start, rel) >= WATCHED_REFRESHES,
+                   lambda: f"the claim was not written {WATCHED_REFRESHES} times: {problem(srv)}")
         # Kept while no one else could even connect...
         assert problem(srv) is None
         srv.sql("ALTER DATABASE claims ALLOW_CONNECTIONS true")

@@ -8,10 +8,9 @@ cannot pass.
 """
 
 import threading
-import time
 import uuid
 
-from harness import application_role, server
+from harness import application_role, server, wait_until
 
 SESSIONS = 4
 PER_SESSION = 20_000
@@ -107,23 +106,36 @@ def test_uuid_key_with_the_default_decodes_and_counts_a_time_range_by_index():
         app = srv.connect(dbname="appdb", user="app")
         cur = app.cursor()
         cur.execute("CREATE TABLE orders (id uuid PRIMARY KEY DEFAULT snowflake_uuidv7(), n int)")
-        cur.execute("INSERT INTO orders (n) SELECT g FROM generate_series(1, 3000) g")
-        # A millisecond of its own between the two inserts: the bound is a
-        # tick's, and rows of the first must not share it.
-        time.sleep(0.01)
         cur.execute("SELECT clock_timestamp()")
-        middle = cur.fetchone()[0]
-        time.sleep(0.01)
+        start = cur.fetchone()[0]
+        cur.execute("INSERT INTO orders (n) SELECT g FROM generate_series(1, 3000) g")
+        # A tick of its own between the two inserts: the bound is a tick's,
+        # and rows of the first must not share it. Waited for on the
+        # server's clock: past the tick of the first insert's last row.
+        cur.execute("SELECT snowflake_timestamp(snowflake_uuid_to_id(id)) + interval '1 ms'"
+                    " FROM orders ORDER BY id DESC LIMIT 1")
+        tick_after = cur.fetchone()[0]
+
+        def clock_past_the_first_insert():
+            cur.execute("SELECT clock_timestamp()")
+            now = cur.fetchone()[0]
+            return now if now >= tick_after else None
+
+        middle = wait_until(clock_past_the_first_insert, "the server's clock never passed the first insert's tick")
+        # (Rows of the second insert are at middle's tick or later: the clock
+        # only moves on, and IDs never go below it.)
         cur.execute("INSERT INTO orders (n) SELECT g FROM generate_series(3001, 5000) g RETURNING id")
         later = [r[0] for r in cur.fetchall()]
         cur.execute("ANALYZE orders")
         # Rows in insertion order are rows in key order.
         cur.execute("SELECT count(*) FROM (SELECT n, lag(n) OVER (ORDER BY id) AS before FROM orders) s WHERE n < before")
         assert cur.fetchone()[0] == 0
-        # The ID inside decodes as the bigint form does.
+        # The ID inside decodes as the bigint form does: this server's worker
+        # id, and the time of the first insert (on the server's clock).
         cur.execute(
-            "SELECT (d).worker_id, abs(extract(epoch FROM (d).ts - now())) < 60 "
-            "FROM (SELECT snowflake_decode(snowflake_uuid_to_id(id)) d FROM orders LIMIT 1) s"
+            "SELECT (d).worker_id, (d).ts >= date_trunc('milliseconds', %s::timestamptz) AND (d).ts < %s "
+            "FROM (SELECT snowflake_decode(snowflake_uuid_to_id(id)) d FROM orders ORDER BY id LIMIT 1) s",
+            (start, middle),
         )
         assert cur.fetchone() == (1, True)
         # A time range on the uuid key: exact, and by the index.

@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { check, checkLayout, run } from './lib/check.mjs';
+import { check, checkLayout, programTimeoutMs, run } from './lib/check.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -69,7 +69,7 @@ await client.end();
 `;
 
 function sh(command, args, cwd) {
-  const out = spawnSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000 });
+  const out = spawnSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: programTimeoutMs });
   check(out.status === 0, `${command} ${args.join(' ')} failed:\n${out.stdout}${out.stderr}`);
   return out.stdout;
 }

@@ -31,7 +31,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { check, checkLayout, run } from './lib/check.mjs';
+import { check, checkLayout, programTimeoutMs, run } from './lib/check.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const MIGRATION = readFileSync(join(here, 'prisma/migrations/0_init/migration.sql'), 'utf8');
@@ -42,7 +42,7 @@ export default defineConfig({ schema: 'prisma/schema.prisma' });
 
 function sh(command, args, cwd, env) {
   const out = spawnSync(command, args, {
-    cwd, env: { ...process.env, ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000,
+    cwd, env: { ...process.env, ...env }, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: programTimeoutMs,
   });
   check(out.status === 0, `${command} ${args.join(' ')} failed:\n${out.stdout}${out.stderr}`);
   return out.stdout;

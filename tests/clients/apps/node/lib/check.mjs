@@ -30,6 +30,11 @@ export function checkLayout(layout) {
 }
 
 // An ID's exact digits, whatever a client made of it (string, bigint, number).
+// The bound on one run of a tool a recipe starts (prisma, drizzle-kit): the
+// tests' one timeout (SNOWFLAKE_TEST_TIMEOUT, tests/harness.py), which a slow
+// machine raises, never below its default.
+export const programTimeoutMs = 1000 * Math.max(180, Number(process.env.SNOWFLAKE_TEST_TIMEOUT || 180));
+
 export const digits = (v) => (typeof v === 'bigint' ? v.toString() : String(v));
 
 // How many of the given exact ID texts a JavaScript Number would change:
