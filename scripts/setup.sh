@@ -27,7 +27,9 @@ esac
 
 . "$(dirname "$0")/versions.sh"
 PG_MAJOR=$SYSTEM_MAJOR
-PG_CONFIG="/usr/lib/postgresql/$PG_MAJOR/bin/pg_config"
+# pgrx's system major: the machine's PostgreSQL, or the test command's own
+# copy of it (test.sh: the machine's own is never written to).
+PG_CONFIG="${SNOWFLAKE_SYSTEM_PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}"
 
 say() { printf '\n==> %s\n' "$*"; }
 

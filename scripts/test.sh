@@ -46,7 +46,21 @@
 # SNOWFLAKE_TEST_LAYERS (default: all) runs only the layers it names, from:
 # gates core fallback pg_test schema regress update server citus package.
 # SNOWFLAKE_TEST_WORKERS (default 4) is the number of pytest-xdist workers
-# a lane of real-server tests runs.
+# a lane of real-server tests runs. SNOWFLAKE_TEST_TIMEOUT (default 180) is
+# the one bound on every wait of the tests (tests/harness.py): no test
+# waits for real time to pass, so only a machine too slow to meet a
+# condition in that many seconds fails one; raise it on such a machine.
+# SNOWFLAKE_TEST_LOAD=N runs N CPU hogs beside the whole run, as a busy
+# machine would (CONTRIBUTING.md, "Under load").
+#
+# The machine is left as it was found. The extension is installed into the
+# test command's own copy of the system's PostgreSQL (own_system_postgres,
+# scripts/versions.sh), never into the machine's, where replacing a loaded
+# library kills the servers that use it; the packages are installed with
+# apt in a private copy of /usr, /etc and /var (scripts/private-system.sh);
+# and a server of the machine's PostgreSQL, started before anything else
+# with the extension the machine has (if any), must answer at the end with
+# the machine's extension files unchanged (tests/packaging/machine.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -59,7 +73,7 @@ export SNOWFLAKE_TEST_DIR="${SNOWFLAKE_TEST_DIR:-/tmp/snowflake_id-tests}"
 # keeps its own table).
 unset LANE_RESULTS LANE_NOTES
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/snowflake_id/target}"
-LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-gates core fallback pg_test schema regress update server citus package} "
+LAYERS=" ${SNOWFLAKE_TEST_LAYERS:-machine gates core fallback pg_test schema regress update server citus package} "
 WORKERS="${SNOWFLAKE_TEST_WORKERS:-4}"
 started=$SECONDS
 
@@ -161,10 +175,12 @@ finish_lanes() {
 # Servers left running (by an interrupted run, or by a lane stopped below)
 # would hold ports and files: each postmaster under the scratch directory
 # is ended at once.
+# (With "but-machine", the machine's own server is left for its check.)
 stop_servers() {
     local pid_file pid
     [[ -d $SNOWFLAKE_TEST_DIR ]] || return 0
     while IFS= read -r pid_file; do
+        [[ ${1-} == but-machine && $pid_file == "$SNOWFLAKE_TEST_DIR/machine/"* ]] && continue
         pid=$(head -n 1 "$pid_file" 2>/dev/null) || continue
         [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
     done < <(find "$SNOWFLAKE_TEST_DIR" -name postmaster.pid 2>/dev/null)
@@ -177,6 +193,17 @@ kill_tree() {
     for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$child"; done
     kill -9 "$1" 2>/dev/null || true
 }
+# A busy machine, on request: N processes that keep a core each busy for
+# the whole run (at the run's own priority), ended with it.
+load_pids=()
+stop_load() {
+    local pid
+    for pid in "${load_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    load_pids=()
+}
+# Whether the machine's own server was started (and so is checked and
+# stopped at the end).
+machine_started=""
 summary() {
     local status=$?
     [[ -n $current ]] && result[$current]=FAILED
@@ -190,13 +217,25 @@ summary() {
         printf '\n==> Lane %s stopped: the run failed elsewhere; its log so far:\n' "$name"
         sed 's/^/  | /' "$LOGS/$name.log"
         collect_lane "$name"
-        stop_servers
+        stop_servers but-machine
     done
     if [[ -n ${builds_pid-} ]] && ! builds_ended; then
         kill_tree "$builds_pid"
     fi
-    local rows=(gates core fallback pg_test schema regress update server citus package)
-    declare -A title=([gates]="gates: fmt, clippy" [fallback]="fallback of sources" [core]="core: cargo test"
+    stop_load
+    # The machine's own server: still answering, its files as they were.
+    if [[ -n $machine_started ]]; then
+        local machine_rc=0
+        if [[ -n ${result[all machine]-} ]]; then
+            step "The machine's own PostgreSQL: its server still answers, its extension files unchanged"
+            /usr/bin/python3 tests/packaging/machine.py check || machine_rc=$?
+            result[all machine]=$([[ $machine_rc == 0 ]] && echo passed || echo FAILED)
+        fi
+        /usr/bin/python3 tests/packaging/machine.py stop || true
+        if ((machine_rc && !status)); then status=$machine_rc; fi
+    fi
+    local rows=(machine gates core fallback pg_test schema regress update server citus package)
+    declare -A title=([machine]="machine left as found" [gates]="gates: fmt, clippy" [fallback]="fallback of sources" [core]="core: cargo test"
         [pg_test]="#[pg_test]" [schema]="sql/ install script" [regress]="regression files"
         [update]="update, pg_upgrade" [server]="real-server tests" [citus]="Citus cluster" [package]="Debian package")
     printf '\n==> Summary (%ds): each test layer on each PostgreSQL major\n\n' $((SECONDS - started))
@@ -221,6 +260,8 @@ summary() {
     else
         printf '\nAll tests that could run passed.\n'
     fi
+    # (In the EXIT trap: the run's exit status, the machine's check included.)
+    exit "$status"
 }
 trap summary EXIT
 . scripts/versions.sh
@@ -256,6 +297,38 @@ builds_ended() { [[ -s "$LOGS/builds.rc" ]]; }
 builds_order=$(tr ' ' '\n' <<<"$OTHER_MAJORS" | sed '/^$/d' | sort -rn | awk '
     { m[NR] = $1 } END { for (i = 1; i <= NR && i <= 2; i++) print m[i]; if (NR > 2) print m[NR]; for (i = 3; i < NR; i++) print m[i] }' | xargs)
 scripts/setup.sh --packages
+
+if [[ ${SNOWFLAKE_TEST_LOAD:-0} =~ ^[1-9][0-9]*$ ]]; then
+    step "Load: $SNOWFLAKE_TEST_LOAD CPU hogs beside the whole run (SNOWFLAKE_TEST_LOAD)"
+    for ((i = 0; i < SNOWFLAKE_TEST_LOAD; i++)); do
+        (exec sha256sum /dev/zero) &
+        load_pids+=($!)
+    done
+fi
+
+# The machine's own PostgreSQL, as its user may run it: a server started
+# from it before anything else here, with the extension it has loaded (if
+# it has it), checked at the end (in summary).
+if wanted machine; then
+    step "The machine's own PostgreSQL: a server of it started beside the run, its extension files noted"
+    machine_started=yes
+    SNOWFLAKE_TEST_PORT=59900 /usr/bin/python3 tests/packaging/machine.py start
+    result[all machine]="running"
+fi
+
+# The test command's own copy of the system's PostgreSQL, where every
+# install of this run goes (versions.sh), and pgrx's configuration of its
+# own pointing at it: the user's (~/.pgrx, which the demo uses) stays.
+needs_postgres=false
+for l in pg_test schema regress update server citus package; do wanted "$l" && needs_postgres=true; done
+if $needs_postgres; then
+    step "The test command's own PostgreSQL $SYSTEM_MAJOR: a copy of the machine's, at $OWN_SYSTEM_PG"
+    own_system_postgres
+fi
+export SNOWFLAKE_SYSTEM_PG_CONFIG="$OWN_SYSTEM_PG_CONFIG"
+export SNOWFLAKE_SYSTEM_PG_BIN="$(dirname "$OWN_SYSTEM_PG_CONFIG")"
+export PGRX_HOME="${PGRX_HOME:-/var/cache/snowflake_id/pgrx-home}"
+mkdir -p "$PGRX_HOME"
 : >"$BUILDS_REPORT"
 builds_pid=""
 if [[ -n $builds_order ]]; then
@@ -288,7 +361,7 @@ fallback_lane() {
 SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh
 # After the setup: the run of test.sh inside it checks the same packages.
 wanted fallback && start_lane fallback 59400 fallback_lane
-PG_CONFIG="/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
+PG_CONFIG="$OWN_SYSTEM_PG_CONFIG"
 if wanted package; then
     # What an interrupted package test left: its cluster, its packages (any
     # postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
@@ -353,6 +426,7 @@ layer "$m" schema "sql/: the committed install script matches what the code gene
 # own), so that one run says everything that fails; it fails at its end.
 system_lane() {
     local rc=0
+    export PG_BIN="$SNOWFLAKE_SYSTEM_PG_BIN" PG_REGRESS="$(dirname "$("$PG_CONFIG" --pgxs)")/../test/regress/pg_regress"
     layer "$m" regress "PostgreSQL $m: regression files" pytest tests/regress/test_regress.py || rc=1
     layer "$m" update "PostgreSQL $m: the update from 0.1.0" pytest tests/packaging/test_upgrade.py || rc=1
     layer "$m" server "PostgreSQL $m: real servers: one server, replication and copies, clients" \
@@ -536,13 +610,31 @@ builds_over
 export SNOWFLAKE_AVAILABLE_MAJORS="${available# }"
 
 step "Waiting for the lanes"
-finish_lanes
+# A lane that failed does not keep the packages from being tried: one run
+# says everything, and the run fails at its end.
+lanes_ok=true
+finish_lanes || lanes_ok=false
+current=""
 # The packages made above are installed with apt once every lane is over:
 # installing them takes each major's development files away from under
-# its servers. Their cluster listens on TCP: on a port below Linux's
-# ephemeral range, which the lanes' own connections may hold a moment.
+# its servers. With apt, in a private copy of /usr, /etc and /var that
+# ends with the test: the machine's own PostgreSQL keeps the files it had.
+# Their cluster listens on TCP: on a port below Linux's ephemeral range,
+# which the lanes' own connections may hold a moment.
 package() {
-    SNOWFLAKE_TEST_PORT=30400 pytest tests/packaging/test_packages.py
-    for m in $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=passed; done
+    local rc=0
+    SNOWFLAKE_TEST_PORT=30400 scripts/private-system.sh \
+        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/packaging/test_packages.py tests/packaging/test_machine.py || rc=$?
+    for m in "$SYSTEM_MAJOR" $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=$([[ $rc == 0 ]] && echo passed || echo FAILED); done
+    return $rc
 }
-layer "$SYSTEM_MAJOR" package "Packages: each installed with apt and used" package
+package_rc=0
+if wanted package; then
+    step "Packages: each installed with apt and used"
+    package || package_rc=$?
+fi
+if ! $lanes_ok; then
+    current="lanes:$lane_failed"
+    exit 1
+fi
+((package_rc == 0)) || exit "$package_rc"

@@ -49,3 +49,29 @@ is_prerelease() { [[ $1 =~ ^[0-9.]+(~|alpha|beta|rc|devel) ]]; }
 debian_pg_version() {
     "$1" --version | awk '{print $2}' | sed -E 's/^([0-9.]+)(alpha|beta|rc|devel)/\1~\2/'
 }
+# The test command's own PostgreSQL of the system's major: a copy of
+# Debian's install (its programs, libraries, modules, shared files and
+# server headers) under OWN_SYSTEM_PG, where the test command installs the
+# extension and runs its servers. The machine's own PostgreSQL is never
+# written to: replacing a library in place kills every running server that
+# has it loaded (SIGSEGV, SIGBUS), and a user's server with the extension
+# must outlive the tests. PostgreSQL finds its share and library
+# directories relative to where its programs are (make_relative_path in
+# src/port/path.c), so the copy at another prefix is a whole installation.
+OWN_SYSTEM_PG="${SNOWFLAKE_OWN_SYSTEM_PG:-/var/cache/snowflake_id/own-postgres-$SYSTEM_MAJOR}"
+OWN_SYSTEM_PG_CONFIG="$OWN_SYSTEM_PG/usr/lib/postgresql/$SYSTEM_MAJOR/bin/pg_config"
+# Makes the copy anew (about 60 MB, a second or two): from whatever
+# Debian's packages installed since (pglogical, a point release), without
+# any snowflake_id file the machine had.
+own_system_postgres() {
+    local m=$SYSTEM_MAJOR new="$OWN_SYSTEM_PG.new"
+    rm -rf "$new"
+    mkdir -p "$new/usr/lib/postgresql" "$new/usr/share/postgresql" "$new/usr/include"
+    cp -a "/usr/lib/postgresql/$m" "$new/usr/lib/postgresql/"
+    cp -a "/usr/share/postgresql/$m" "$new/usr/share/postgresql/"
+    cp -a /usr/include/postgresql "$new/usr/include/"
+    find "$new" -name 'snowflake_id*' -exec rm -rf {} +
+    chmod -R a+rX "$new"
+    rm -rf "$OWN_SYSTEM_PG"
+    mv "$new" "$OWN_SYSTEM_PG"
+}
