@@ -182,7 +182,10 @@ stop_servers() {
     while IFS= read -r pid_file; do
         [[ ${1-} == but-machine && $pid_file == "$SNOWFLAKE_TEST_DIR/machine/"* ]] && continue
         pid=$(head -n 1 "$pid_file" 2>/dev/null) || continue
-        [[ $pid =~ ^[0-9]+$ ]] && kill -9 "$pid" 2>/dev/null || true
+        # Only the postmaster of that data directory (a stale file may name
+        # a pid some other process has now).
+        [[ $pid =~ ^[0-9]+$ && $(readlink "/proc/$pid/cwd" 2>/dev/null) == "$(dirname "$pid_file")" ]] || continue
+        kill -9 "$pid" 2>/dev/null || true
     done < <(find "$SNOWFLAKE_TEST_DIR" -name postmaster.pid 2>/dev/null)
 }
 
@@ -206,6 +209,8 @@ stop_load() {
 machine_started=""
 summary() {
     local status=$?
+    # Whatever fails here, the rest (the machine's check, the table) runs.
+    set +e
     [[ -n $current ]] && result[$current]=FAILED
     # A lane still running when the run failed elsewhere: stopped, its
     # servers with it, and what it finished kept.
@@ -300,8 +305,9 @@ scripts/setup.sh --packages
 
 if [[ ${SNOWFLAKE_TEST_LOAD:-0} =~ ^[1-9][0-9]*$ ]]; then
     step "Load: $SNOWFLAKE_TEST_LOAD CPU hogs beside the whole run (SNOWFLAKE_TEST_LOAD)"
+    # Each ends by itself once this run is gone, however it ended.
     for ((i = 0; i < SNOWFLAKE_TEST_LOAD; i++)); do
-        (exec sha256sum /dev/zero) &
+        bash -c 'while kill -0 "$1" 2>/dev/null; do :; done' hog $$ &
         load_pids+=($!)
     done
 fi
@@ -312,22 +318,23 @@ fi
 if wanted machine; then
     step "The machine's own PostgreSQL: a server of it started beside the run, its extension files noted"
     machine_started=yes
+    current="all machine"
     SNOWFLAKE_TEST_PORT=59900 /usr/bin/python3 tests/packaging/machine.py start
+    current=""
     result[all machine]="running"
 fi
 
 # The test command's own copy of the system's PostgreSQL, where every
 # install of this run goes (versions.sh), and pgrx's configuration of its
 # own pointing at it: the user's (~/.pgrx, which the demo uses) stays.
-needs_postgres=false
-for l in pg_test schema regress update server citus package; do wanted "$l" && needs_postgres=true; done
-if $needs_postgres; then
-    step "The test command's own PostgreSQL $SYSTEM_MAJOR: a copy of the machine's, at $OWN_SYSTEM_PG"
-    own_system_postgres
-fi
+# (Every run makes it, a second or two: pgrx's configuration names it even
+# where no layer runs a server.) A PGRX_HOME of the user's is not used:
+# `cargo pgrx init` would point its pg15 at this copy.
+step "The test command's own PostgreSQL $SYSTEM_MAJOR: a copy of the machine's, at $OWN_SYSTEM_PG"
+own_system_postgres
 export SNOWFLAKE_SYSTEM_PG_CONFIG="$OWN_SYSTEM_PG_CONFIG"
 export SNOWFLAKE_SYSTEM_PG_BIN="$(dirname "$OWN_SYSTEM_PG_CONFIG")"
-export PGRX_HOME="${PGRX_HOME:-/var/cache/snowflake_id/pgrx-home}"
+export PGRX_HOME="${SNOWFLAKE_PGRX_HOME:-/var/cache/snowflake_id/pgrx-home}"
 mkdir -p "$PGRX_HOME"
 : >"$BUILDS_REPORT"
 builds_pid=""
@@ -362,14 +369,6 @@ SNOWFLAKE_OTHER_MAJORS="" scripts/setup.sh
 # After the setup: the run of test.sh inside it checks the same packages.
 wanted fallback && start_lane fallback 59400 fallback_lane
 PG_CONFIG="$OWN_SYSTEM_PG_CONFIG"
-if wanted package; then
-    # What an interrupted package test left: its cluster, its packages (any
-    # postgresql-NN-snowflake-id is purged), the stand-ins; the installs below
-    # put the development files back.
-    dpkg --configure -a >/dev/null 2>&1 || true
-    pg_dropcluster --stop "$SYSTEM_MAJOR" snowflake_pkg 2>/dev/null || true
-    /usr/bin/python3 tests/packaging/test_packages.py --remove-stand-ins
-fi
 
 schema() {
     local version
@@ -623,8 +622,12 @@ current=""
 # which the lanes' own connections may hold a moment.
 package() {
     local rc=0
-    SNOWFLAKE_TEST_PORT=30400 scripts/private-system.sh \
-        /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/packaging/test_packages.py tests/packaging/test_machine.py || rc=$?
+    # (Stand-ins an interrupted run of an older version of this script left
+    # on the machine are purged first, in the private copy alone.)
+    SNOWFLAKE_TEST_PORT=30400 scripts/private-system.sh bash -c '
+        /usr/bin/python3 tests/packaging/test_packages.py --remove-stand-ins &&
+        exec /usr/bin/python3 -m pytest -v -s -p no:cacheprovider tests/packaging/test_packages.py tests/packaging/test_machine.py' ||
+        rc=$?
     for m in "$SYSTEM_MAJOR" $SNOWFLAKE_AVAILABLE_MAJORS; do result[$m package]=$([[ $rc == 0 ]] && echo passed || echo FAILED); done
     return $rc
 }

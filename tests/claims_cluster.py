@@ -7,7 +7,7 @@ own claims, and waits on what the status and the claims table say."""
 import threading
 
 import psycopg2
-from harness import Deadline, Server, Stopwatch, Window, pg_major, wait_until
+from harness import PROGRAM_TIMEOUT, Deadline, Server, Stopwatch, Window, pg_major, wait_until
 
 LOAD_S = 3
 
@@ -120,7 +120,8 @@ class Load:
         return self.window.open() or not ran
 
     def run(self):
-        deadline = Deadline(f"load on {self.s.name}")
+        # A load lives through several waits of the test: ten waits' worth.
+        deadline = Deadline(f"load on {self.s.name}", PROGRAM_TIMEOUT)
         conn = self.s.connect()
         cur = conn.cursor()
         ran = 0

@@ -31,13 +31,47 @@ PATTERNS = ["/usr/lib/postgresql/*/lib/snowflake_id*", "/usr/lib/postgresql/*/li
 
 
 def extension_files():
-    """path -> [sha256, inode] of every snowflake_id file at Debian's paths."""
+    """path -> [sha256, inode, ctime] of every snowflake_id file at Debian's
+    paths. The change time too: a file rewritten in place with the same
+    bytes (cargo pgrx install copies over the file) kills a server that has
+    it mapped as surely as another build would."""
     out = {}
     for pattern in PATTERNS:
         for path in glob.glob(pattern):
             if os.path.isfile(path):
                 with open(path, "rb") as f:
-                    out[path] = [hashlib.sha256(f.read()).hexdigest(), os.stat(path).st_ino]
+                    st = os.stat(path)
+                    out[path] = [hashlib.sha256(f.read()).hexdigest(), st.st_ino, st.st_ctime_ns]
+    return out
+
+
+def other_postmasters():
+    """pid -> start time of every postmaster of the machine's that is not
+    the test command's (not under SNOWFLAKE_TEST_DIR): each must still run
+    at the end, the same process."""
+
+    def stat(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()  # [1]: parent, [19]: start time
+
+    def program(pid):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0]
+
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = stat(pid)
+            if not program(pid).endswith((b"/postgres", b"/postmaster")):
+                continue
+            # A postmaster's parent is no postgres process; its children's is.
+            if program(fields[1]).endswith((b"/postgres", b"/postmaster")):
+                continue
+            if os.readlink(f"/proc/{pid}/cwd").startswith(harness.WORK.rstrip("/") + "/"):
+                continue
+        except OSError:
+            continue
+        out[pid] = fields[19]
     return out
 
 
@@ -64,7 +98,7 @@ def start():
         first = s.one("SELECT snowflake_nextval()")
     with open(STATE, "w") as f:
         json.dump({"dir": s.dir, "port": s.port, "postmaster": s.postmaster_pid(), "files": files,
-                   "loaded": loaded, "first": first}, f)
+                   "loaded": loaded, "first": first, "others": other_postmasters()}, f)
     print(f"the machine's PostgreSQL 15: a server at {s.dir}, "
           + (f"the extension loaded (first ID {first})" if loaded else "no snowflake_id installed")
           + f"; {len(files)} snowflake_id file(s) noted")
@@ -88,17 +122,22 @@ def check():
             s.one("SELECT 1")
     except Exception as e:  # noqa: BLE001 (any failure to answer is the finding)
         problems.append(f"the server did not answer: {e}")
+    now = other_postmasters()
+    for pid, started in state["others"].items():
+        if now.get(pid) != started:
+            problems.append(f"the machine's postmaster {pid} stopped or was replaced")
     files = extension_files()
     if files != state["files"]:
         before, after = state["files"], files
         for path in sorted(set(before) | set(after)):
             if before.get(path) != after.get(path):
-                problems.append(f"{path}: {before.get(path)} -> {after.get(path)} ([sha256, inode])")
+                problems.append(f"{path}: {before.get(path)} -> {after.get(path)} ([sha256, inode, ctime])")
     if problems:
         print("The machine's own PostgreSQL was not left as found:\n  " + "\n  ".join(problems), file=sys.stderr)
         sys.exit(1)
     print(f"the machine's PostgreSQL 15: the same server answers"
-          + (" with IDs" if state["loaded"] else "") + f"; {len(files)} snowflake_id file(s) unchanged")
+          + (" with IDs" if state["loaded"] else "") + f"; {len(files)} snowflake_id file(s) unchanged; "
+          + f"{len(state['others'])} other postmaster(s) of the machine still running")
 
 
 def stop():

@@ -17,12 +17,15 @@ import subprocess
 import tempfile
 
 import pytest
+from harness import PROGRAM_TIMEOUT, TIMEOUT
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_tests(tmp, **env):
-    """scripts/test.sh with 17 as the only other major, unavailable."""
+def run_tests(tmp, **overrides):
+    """scripts/test.sh with 17 as the only other major, unavailable. What
+    the run around this one set for itself is not inherited unless given
+    here again (None removes a variable)."""
     env = {
         **os.environ,
         "SNOWFLAKE_OTHER_MAJORS": "17",
@@ -33,18 +36,19 @@ def run_tests(tmp, **env):
         "SNOWFLAKE_TEST_LAYERS": "core",
         # pgrx pointed at the system's major in a configuration of its own:
         # the run around this one points its own at every major meanwhile.
-        "PGRX_HOME": os.path.join(tmp, "pgrx"),
+        "SNOWFLAKE_PGRX_HOME": os.path.join(tmp, "pgrx"),
         # Its own copy of the system's PostgreSQL, should a layer want one:
         # the run around this one runs its servers from its own.
         "SNOWFLAKE_OWN_SYSTEM_PG": os.path.join(tmp, "own-postgres"),
-        **env,
     }
     for k in ("SNOWFLAKE_AVAILABLE_MAJORS", "SNOWFLAKE_REQUIRED_MAJORS", "PG_BIN", "PG_REGRESS", "SNOWFLAKE_TEST_LOAD",
-              "SNOWFLAKE_SYSTEM_PG_BIN", "SNOWFLAKE_SYSTEM_PG_CONFIG"):
-        if k not in env or env[k] is None:
-            env.pop(k, None)
+              "SNOWFLAKE_SYSTEM_PG_BIN", "SNOWFLAKE_SYSTEM_PG_CONFIG", "PGRX_HOME"):
+        env.pop(k, None)
+    env.update({k: v for k, v in overrides.items() if v is not None})
+    for k in [k for k, v in overrides.items() if v is None]:
+        env.pop(k, None)
     return subprocess.run([os.path.join(REPO, "scripts", "test.sh")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1800)
+                          text=True, timeout=PROGRAM_TIMEOUT)
 
 
 def summary_of(out):
@@ -113,7 +117,7 @@ def test_postgresql_sources_are_asked_of_the_mirror_apt_is_configured_with(tmp):
         def do_GET(self):  # noqa: N802 - the http.server interface
             asked.append(self.path)
             try:
-                with urllib.request.urlopen(upstream + self.path.removeprefix("/debian"), timeout=60) as r:
+                with urllib.request.urlopen(upstream + self.path.removeprefix("/debian"), timeout=TIMEOUT) as r:
                     body, status = r.read(), r.status
             except urllib.error.HTTPError as e:
                 body, status = b"", e.code
@@ -138,7 +142,7 @@ def test_postgresql_sources_are_asked_of_the_mirror_apt_is_configured_with(tmp):
                "SNOWFLAKE_PG_PINS": "/dev/null", "SNOWFLAKE_PG_SUITES_17": "bookworm-updates",
                "SNOWFLAKE_BUILDS_REPORT": os.path.join(tmp, "report")}
         r = subprocess.run([os.path.join(REPO, "scripts", "postgres-builds.sh"), "17"], env=env,
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=PROGRAM_TIMEOUT)
     finally:
         server.shutdown()
     out = r.stdout + r.stderr
@@ -164,7 +168,7 @@ def test_a_major_whose_source_is_not_served_runs_from_debians_binary_packages_on
     os.chmod(tmp, 0o755)
     r = subprocess.run([os.path.join(REPO, "scripts", "postgres-from-packages.sh"), "19",
                         os.path.join(cache, "19-{version}-deb1"), machines_archive("bookworm"), "sid", "forky",
-                        "experimental"], capture_output=True, text=True, timeout=600)
+                        "experimental"], capture_output=True, text=True, timeout=PROGRAM_TIMEOUT)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     version, prefix = r.stdout.splitlines()[-1].split()

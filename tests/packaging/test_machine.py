@@ -22,9 +22,11 @@ LIB, EXT = "/usr/lib/postgresql/15/lib", "/usr/share/postgresql/15/extension"
 
 
 def in_private_system():
-    """Whether / is not the machine's: /usr is an overlay mount."""
+    """Whether this runs in scripts/private-system.sh: it says so, and /usr
+    is an overlay here."""
     with open("/proc/self/mounts") as f:
-        return any(line.split()[1] == "/usr" and line.split()[2] == "overlay" for line in f)
+        usr_overlay = any(line.split()[1] == "/usr" and line.split()[2] == "overlay" for line in f)
+    return os.environ.get("SNOWFLAKE_PRIVATE_SYSTEM") == "1" and usr_overlay
 
 
 pytestmark = pytest.mark.skipif(not in_private_system(), reason="needs scripts/private-system.sh")
@@ -42,9 +44,10 @@ def user_server():
     PostgreSQL, where the run installed it), and the machine's server
     started with it by machine.py."""
     assert OWN, "SNOWFLAKE_SYSTEM_PG_BIN names the test command's own PostgreSQL"
-    own_lib = os.path.join(os.path.dirname(OWN), "lib")
-    own_ext = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(OWN))), "share", "postgresql", "15",
-                           "extension")
+    def pg_config(what):
+        return subprocess.run([f"{OWN}/pg_config", what], check=True, capture_output=True, text=True).stdout.strip()
+
+    own_lib, own_ext = pg_config("--pkglibdir"), os.path.join(pg_config("--sharedir"), "extension")
     placed = []
     for src_dir, dst_dir in ((own_lib, LIB), (own_ext, EXT)):
         for name in os.listdir(src_dir):
@@ -72,6 +75,18 @@ def test_a_server_left_alone_passes(user_server):
 def test_a_library_changed_in_place_fails_the_check(user_server):
     with open(os.path.join(LIB, "snowflake_id.so"), "ab") as f:
         f.write(b"\0")
+    r = machine("check", user_server)
+    assert r.returncode == 1 and "snowflake_id.so" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_library_rewritten_in_place_with_the_same_bytes_fails_the_check(user_server):
+    # What `cargo pgrx install` of the same build does: the bytes are the
+    # same, but a server that has the file mapped sees it truncated first.
+    path = os.path.join(LIB, "snowflake_id.so")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "r+b") as f:
+        f.write(data)
     r = machine("check", user_server)
     assert r.returncode == 1 and "snowflake_id.so" in r.stderr, r.stdout + r.stderr
 

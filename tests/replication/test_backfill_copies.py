@@ -8,7 +8,7 @@ import random
 import threading
 
 import psycopg2
-from harness import Deadline, Server, Window, servers, wait_until
+from harness import PROGRAM_TIMEOUT, Deadline, Server, Window, servers, wait_until
 
 BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
 HIST = "CREATE TABLE hist (id bigint PRIMARY KEY, at timestamptz NOT NULL)"
@@ -42,7 +42,7 @@ class Backfills:
             self.errors.append(str(e))
             return
         cur = conn.cursor()
-        deadline = Deadline(f"backfills on {self.srv.name}")
+        deadline = Deadline(f"backfills on {self.srv.name}", PROGRAM_TIMEOUT)  # through several waits
         ran = 0
         while not self.stopped.is_set() and (self.window is None or self.window.open() or not ran):
             if deadline.passed():

@@ -16,7 +16,7 @@ import threading
 
 import psycopg2
 import pytest
-from harness import WORK, Deadline, Server, Window, _as_postgres, servers, wait_until
+from harness import PROGRAM_TIMEOUT, TIMEOUT, WORK, Deadline, Server, Window, _as_postgres, servers, wait_until
 
 LOAD_S = 1.5
 TABLE = "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz DEFAULT clock_timestamp())"
@@ -50,7 +50,7 @@ class Load:
             self.errors.append(str(e))
             return
         cur = conn.cursor()
-        cur.execute("SET statement_timeout = '30s'")  # a hang fails the test instead
+        cur.execute(f"SET statement_timeout = '{int(TIMEOUT)}s'")  # a hang fails the test instead
         if self.setup:
             cur.execute(self.setup)
         # Bare loads alternate with UUIDs of the same generator: their IDs
@@ -59,7 +59,8 @@ class Load:
                  else ["SELECT snowflake_nextval() FROM generate_series(1, 100)",
                        "SELECT snowflake_uuid_to_id(snowflake_uuidv7()) FROM generate_series(1, 100)"])
         turn = 0
-        deadline = Deadline(f"the load on {self.srv.name}")
+        # A load lives through several waits of the test: ten waits' worth.
+        deadline = Deadline(f"the load on {self.srv.name}", PROGRAM_TIMEOUT)
         while self.going():
             if deadline.passed():
                 self.errors.append("the load did not end within the harness timeout")

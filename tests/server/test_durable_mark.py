@@ -21,6 +21,9 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
         # Under load: a few small records a second, written by the reserver.
         lsn0 = srv.one("SELECT pg_current_wal_flush_lsn()")
         w0 = writes(srv)
+        # Where the mark starts: none is written before the first ID, which
+        # the load takes at the server's clock.
+        mark0 = srv.one("SELECT coalesce(durable_mark, clock_timestamp()) FROM snowflake_id.snowflake_status")
         watch = Stopwatch()
         window = Window(3)
         batches = 0
@@ -47,6 +50,12 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
         assert by_writer >= 1
         assert records == by_writer + by_callers, (records, by_writer, by_callers)
         assert nbytes <= 128 * records, (nbytes, records)
+        # A few a second of the IDs' time: each write moves the mark a part of a
+        # second ahead, so the writes are bounded by how far the mark moved
+        # (in the server's time, whatever real time the load took).
+        mark1 = srv.one("SELECT durable_mark FROM snowflake_id.snowflake_status")
+        moved = (mark1 - mark0).total_seconds()
+        assert records <= 4 * moved + 4, f"{records} mark records while the mark moved {moved:.1f} s"
         # The writer's last look at the load: the last mark it wrote for it
         # is about a second ahead of the clock. Once the server's clock has
         # passed it, a checkpoint makes the writer log the mark again at its

@@ -6,14 +6,35 @@ import threading
 import psycopg2
 import psycopg2.errors
 import pytest
-from harness import Stopwatch, let_run, server, wait_until
+from harness import PROGRAM_TIMEOUT, Stopwatch, let_run, server, wait_until
 
-# Four IDs a second and no lead: a batch of 1000 has to wait about 250 s.
+# Four IDs a second and no lead: a batch of BATCH IDs has to wait ten times
+# the harness's timeout for them, so a wait deaf to statement_timeout or to
+# a cancel, which would end only with the batch, fails the waits for its end
+# below (each bounded by that timeout), however slow the machine.
 CONF = {
     "snowflake_id.layout": "'time=31,worker=10,sequence=2,unit=1s'",
     "snowflake_id.max_lead": "'0'",
-    "snowflake_id.max_wait": "'1h'",
+    "snowflake_id.max_wait": "'100h'",
 }
+BATCH = int(4 * PROGRAM_TIMEOUT)
+
+
+def in_thread(cur, query):
+    """Runs `query` on `cur` in a thread; returns the thread and a dict that
+    gets its rows or its error."""
+    outcome = {}
+
+    def run():
+        try:
+            cur.execute(query)
+            outcome["rows"] = cur.fetchall()
+        except psycopg2.Error as e:
+            outcome["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, outcome
 
 
 def cpu_seconds(pid):
@@ -36,33 +57,20 @@ def test_statement_timeout_and_cancel_end_a_wait_for_the_clock_which_sleeps():
         cur = conn.cursor()
         cur.execute("SET statement_timeout = '1s'")
         watch = Stopwatch()
-        try:
-            cur.execute("SELECT count(*) FROM snowflake_nextval_batch(1000)")
-            raise AssertionError("a 250 s wait finished inside statement_timeout")
-        except psycopg2.errors.QueryCanceled as e:
-            assert "statement timeout" in str(e), e
+        waiter, outcome = in_thread(cur, f"SELECT count(*) FROM snowflake_nextval_batch({BATCH})")
+        wait_until(lambda: not waiter.is_alive(), "statement_timeout did not end the wait for the clock")
         took = watch.seconds()
+        error = outcome.get("error")
+        assert isinstance(error, psycopg2.errors.QueryCanceled) and "statement timeout" in str(error), outcome
         assert took >= 0.9, f"statement_timeout of 1 s ended the wait after {took:.2f} s"
-        # Ended by the timeout, not by the batch's end (a wait deaf to it
-        # would have handed out all 1000 IDs first, some 250 s later): no
-        # bound on the seconds it took, which a busy machine may stretch.
-        assert issued(srv) - issued_before < 1000, "the batch ran to its end through statement_timeout"
+        # Ended by the timeout, not by the batch's end.
+        assert issued(srv) - issued_before < BATCH, "the batch ran to its end through statement_timeout"
 
         cur.execute("RESET statement_timeout")
         cur.execute("SELECT pg_backend_pid()")
         pid = cur.fetchone()[0]
-        outcome = {}
         issued_before = issued(srv)
-
-        def wait_for_ids():
-            try:
-                cur.execute("SELECT count(*) FROM snowflake_nextval_batch(1000)")
-                outcome["rows"] = cur.fetchall()
-            except psycopg2.Error as e:
-                outcome["error"] = e
-
-        waiter = threading.Thread(target=wait_for_ids)
-        waiter.start()
+        waiter, outcome = in_thread(cur, f"SELECT count(*) FROM snowflake_nextval_batch({BATCH})")
         # Asleep in the wait for the clock (the extension's wait event).
         srv.wait_for(f"SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = {pid}",
                      what="the batch never slept waiting for the clock (wait event Extension)")
@@ -75,7 +83,7 @@ def test_statement_timeout_and_cancel_end_a_wait_for_the_clock_which_sleeps():
         assert srv.one("SELECT pg_cancel_backend(%s)", (pid,))
         wait_until(lambda: not waiter.is_alive(), "pg_cancel_backend did not end the wait")
         assert isinstance(outcome.get("error"), psycopg2.errors.QueryCanceled), outcome
-        assert issued(srv) - issued_before < 1000, "the batch ran to its end through pg_cancel_backend"
+        assert issued(srv) - issued_before < BATCH, "the batch ran to its end through pg_cancel_backend"
         assert cpu_used < 0.3, f"a backend waiting for the clock used {cpu_used:.2f} s of CPU in 2 s"
 
         # Interrupted waits cost nothing but time: generation goes on above.

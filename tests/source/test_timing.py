@@ -23,7 +23,8 @@ CLOCK_MODULES = {"time"}
 def clock_uses(source, name="<test>"):
     """(line, what) for every use of the real clock or of sleep in `source`:
     importing the time module or a name from it (`import time`, `from time
-    import sleep`), and asyncio.sleep."""
+    import sleep`), any `.sleep`, `datetime.now()` and its kin, and a
+    thread's join or an event's wait bounded by a number of its own."""
     found = []
     for node in ast.walk(ast.parse(source, name)):
         if isinstance(node, ast.Import):
@@ -33,7 +34,13 @@ def clock_uses(source, name="<test>"):
         elif isinstance(node, ast.ImportFrom):
             if (node.module or "").split(".")[0] in CLOCK_MODULES:
                 found.append((node.lineno, f"from {node.module} import ..."))
-        elif isinstance(node, ast.Attribute) and node.attr == "sleep":
+        elif isinstance(node, ast.Attribute) and node.attr in ("sleep", "now", "utcnow", "today"):
+            found.append((node.lineno, f"{ast.unparse(node)}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "join", "wait") and (any(k.arg == "timeout" for k in node.keywords) or (
+                    node.args and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, (int, float)))):
+            # A thread's join or an event's wait with a bound of its own.
             found.append((node.lineno, f"{ast.unparse(node)}"))
     return found
 
@@ -67,6 +74,10 @@ def test_only_the_harness_reads_the_clock_or_sleeps(path):
     "from time import sleep\nsleep(1)\n",
     "from time import monotonic as now\nuntil = now() + 3\n",
     "import asyncio\nasyncio.sleep(1)\n",
+    "import datetime\nuntil = datetime.datetime.now() + datetime.timedelta(seconds=5)\n",
+    "t.join(10)\n",
+    "t.join(timeout=10)\n",
+    "done.wait(5)\n",
 ])
 def test_the_rule_refuses_a_bare_deadline_or_sleep(bad):
     assert clock_uses(bad), f"the rule let through:\n{bad}"
