@@ -36,7 +36,7 @@ import pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { eq, sql } from 'drizzle-orm';
 import { kitPosts, kitUsers } from './kit/schema.js';
-import { check, checkLayout, digits, programTimeoutMs, run } from './lib/check.mjs';
+import { check, checkLayout, digits, run } from './lib/check.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -81,7 +81,7 @@ async function snapshot(client) {
 function push() {
   const bin = join(here, 'node_modules', '.bin', 'drizzle-kit');
   const r = spawnSync(bin, ['push', '--config=kit/drizzle.config.js', '--verbose'], {
-    cwd: here, env: process.env, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: programTimeoutMs,
+    cwd: here, env: process.env, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 600_000,
   });
   // Without colours and spinner redraws.
   const out = `${r.stdout}\n${r.stderr}`.replace(/\x1b\[[0-9;]*[A-Za-z]/g, ''); // eslint-disable-line no-control-regex
