@@ -37,9 +37,13 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
                 cur.execute("SELECT count(*) FROM snowflake_nextval_batch(20000)")
                 batches += 1
         seconds = watch.seconds()
+        # The writer may still be writing for the load's last IDs: its
+        # counters first, then the end of the WAL to read, so that every
+        # write counted (logged and flushed before it is counted) is in it,
+        # and at most one more.
+        w1 = writes(srv)
         lsn1 = srv.one("SELECT pg_current_wal_flush_lsn()")
         records, nbytes = srv.mark_wal(lsn0, lsn1)
-        w1 = writes(srv)
         by_writer, by_callers = w1[0] - w0[0], w1[1] - w0[1]
         print(f"under load, {seconds:.1f} s: {records} mark records, {nbytes} bytes of WAL; "
               f"mark writes {by_writer} by the writer, {by_callers} by callers")
@@ -48,7 +52,7 @@ def test_an_idle_server_writes_nothing_and_load_adds_little_wal():
         # and how few of them callers make (a writer starved of CPU leaves
         # them to callers, which is right), are the benchmark's to measure.
         assert by_writer >= 1
-        assert records == by_writer + by_callers, (records, by_writer, by_callers)
+        assert by_writer + by_callers <= records <= by_writer + by_callers + 1, (records, by_writer, by_callers)
         assert nbytes <= 128 * records, (nbytes, records)
         # A few a second of the IDs' time: each write moves the mark a part of a
         # second ahead, so the writes are bounded by how far the mark moved
