@@ -455,19 +455,27 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 -- pg_upgrade or a dump made under 0.1.0 cannot be told, so the first ID
 -- after the update reads every ID column once, and the floor writes this
 -- server's row.
--- The servers whose IDs this database may hold: a row for the server that
--- created the extension here, and one for every floor a server made after
--- the data came from another cluster, naming the servers it covered (see
--- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
--- carries the table, pg_dump its rows (marked below), a publication of all
--- tables its rows. A server that finds a row of another server none of its
--- own rows covers reads the largest ID of every column whose default calls
--- a generating function before it issues one in this database.
+-- Tells the server that the record of floors gained rows.
+CREATE FUNCTION @extschema@.snowflake_floors_written() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_floors_written_wrapper';
+
+-- The floors made in this database: a row for every floor a server made
+-- before its first ID here (a database new to it, or data from another
+-- cluster), naming the servers it covered (see "Copies" in
+-- docs/operators.md). It travels with the data: pg_upgrade carries the
+-- table, pg_dump its rows (marked below), a publication of all tables its
+-- rows. A server none of whose rows covers every row here (an empty record
+-- included: the creation writes none) reads the largest ID of every column
+-- whose default calls a generating function before it issues one in this
+-- database.
 -- Readable by every role, as pg_dump needs (a database's owner dumps its
--- rows with the data); a role may add rows (pg_restore by a database's
--- owner writes them), but only the extension's own rows, written as the
--- bootstrap superuser, say what a floor covered: the guard below strips
--- that from anyone else's, so a row can ask for a floor, never spare one.
+-- rows with the data). Only superusers and members of the database's
+-- owner may add rows (pg_restore by either writes them), so no other role
+-- can make a database floor; and only the extension's own rows, written as
+-- the bootstrap superuser, and a superuser's say what a floor covered: the
+-- guard strips that from the owner's, so a row can ask for a floor, never
+-- spare one. Each statement that adds rows makes every session of the
+-- server check its database again before its next ID.
 CREATE TABLE snowflake_id.snowflake_floors (
     system_identifier bigint NOT NULL,
     covers bigint[] NOT NULL DEFAULT '{}',
@@ -506,6 +514,13 @@ BEGIN
         END IF;
         RETURN NEW;
     END IF;
+    IF NOT (SELECT pg_catalog.pg_has_role(CURRENT_USER, d.datdba, 'MEMBER') FROM pg_catalog.pg_database d
+            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = 'permission denied to add rows to snowflake_id.snowflake_floors: only superusers and the database''s owner may',
+            DETAIL = 'A row of another server makes the next ID of this database read every ID column first.',
+            HINT = 'Restore the record of floors as a superuser or as the database''s owner; nothing else needs to write it.';
+    END IF;
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         NEW.covers := '{}';
         NEW.subscription_copies := NULL;
@@ -529,6 +544,13 @@ CREATE TRIGGER snowflake_floors_guard_truncate BEFORE TRUNCATE ON snowflake_id.s
 -- Rows that replication applies too.
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard;
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard_truncate;
+-- Rows added by anyone but the extension's floor (a restore, an operator,
+-- replication): every database of the server checks again before its next
+-- ID, once the statement's transaction commits.
+CREATE TRIGGER snowflake_floors_written AFTER INSERT ON snowflake_id.snowflake_floors
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.snowflake_floors_written();
+ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_written;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_floors_written() FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 
 CREATE FUNCTION @extschema@.snowflake_resume_above(id uuid) RETURNS text

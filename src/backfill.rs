@@ -121,7 +121,7 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     if process::read_only_transaction() {
         return Err(read_only());
     }
-    if !copies::checked() {
+    if !copies::checked(shm) {
         copies::floor_if_copied(shm, cfg, &policy.limits(), policy.max_wait_ms)?;
     }
     if !RECORD_READ.0.get() {

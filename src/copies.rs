@@ -1,26 +1,41 @@
 //! Data that came from another cluster (a `pg_upgrade`, a restored dump, a
 //! logical initial copy), floored before this server issues an ID in it.
 //!
-//! Each backend asks once, at its first ID, whether its database's record
-//! of floors (`snowflake_id.snowflake_floors`, see the core's `copies`)
-//! holds a server this one has not covered, or a subscription finished an
-//! initial copy since this server's last floor: two reads of small tables,
-//! never a scan of the data. Only then is the data read: the largest value
-//! of every column whose default calls a generating function, through its
-//! index where it has one, and every later ID goes above it (the mark,
-//! WAL-logged, as `snowflake_resume_above` moves it). A backend whose
-//! subscriptions change meanwhile asks again.
+//! A database is checked once per change, not once per session: shared
+//! memory keeps which databases were checked since the last change (the
+//! core's `floored`), and a session whose database is among them reads no
+//! table at its first ID. What counts as a change: rows written into a
+//! record of floors (the record's guard tells, at commit), a
+//! subscription's tables changing state (every process hears it from the
+//! catalog's invalidations, at commit), a database made or dropped. A
+//! backend that has taken IDs compares the generation of changes at each
+//! ID, so a dump restored into a database in use is checked before the
+//! next ID of every session.
+//!
+//! The check reads the database's record of floors
+//! (`snowflake_id.snowflake_floors`, see the core's `copies`) and the state
+//! of its subscriptions' finished initial copies: two reads of small
+//! tables, never a scan of the data. Only where a floor is needed is the
+//! data read: the largest value of every column whose default calls a
+//! generating function, through its index where it has one, and every
+//! later ID goes above it (the mark, WAL-logged, as
+//! `snowflake_resume_above` moves it). One session floors a database at a
+//! time; the others wait for its result. Only superusers and the
+//! database's owner may write the record (the guard), so no other role can
+//! make a database floor. `DROP SUBSCRIPTION` and `ALTER SUBSCRIPTION` can
+//! remove the catalog's account of copies no floor covered yet: before
+//! they run, the record is told (a row of `COPIED_UNFLOORED`).
 //!
 //! The extension acts on its own behalf here: the record and the catalog
 //! are read as the bootstrap superuser, and each table as its owner (as
 //! Postgres's own maintenance commands do: planning a read of a table runs
 //! code its owner wrote, in index expressions and statistics), each in a
 //! security-restricted operation with the search path pinned. Tables alone
-//! are read (never views, nor foreign tables), with pg_catalog's
-//! operators, under the caller's statement and lock timeouts. Values more
-//! than an hour ahead of the clock are not taken for IDs (one row of one
-//! table would otherwise move the whole server's IDs that far): the log
-//! and the session are warned, naming the column.
+//! are read (never views, foreign tables, nor other sessions' temporary
+//! tables), with pg_catalog's operators, under the caller's statement and
+//! lock timeouts. Values more than an hour ahead of the clock are not taken
+//! for IDs (one row of one table would otherwise move the whole server's
+//! IDs that far): the log and the session are warned, naming the column.
 
 use crate::catalog;
 use crate::mark;
@@ -41,17 +56,21 @@ use snowflake_id_core::{uuid, Class, Failure};
 use std::cell::Cell;
 use std::time::Instant;
 
-/// Whether this backend has checked its database since it started (or
-/// since its subscriptions' tables last changed state).
-static CHECKED: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
-/// Whether the invalidation callback is registered in this backend.
-static WATCHING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+/// The generation of changes at which this backend last found its
+/// database checked (0: never).
+static SEEN: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(0));
+/// Whether this process's transaction changed what decides a floor (the
+/// generation moves at its commit).
+static CHANGING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+/// Whether this process is writing the extension's own row of the record
+/// (a floor's, which changes no decision).
+static WRITING_OWN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 
 /// Whether this backend's database needs no check before its next ID (one
 /// load: the quick path asks).
 #[inline]
-pub fn checked() -> bool {
-    CHECKED.0.get()
+pub fn checked(shm: &Shmem) -> bool {
+    SEEN.0.get() == shm.floored.generation()
 }
 
 /// A column that may hold IDs: where it is, and how to read its largest.
@@ -207,6 +226,7 @@ fn id_columns() -> Vec<Column> {
              FROM pg_catalog.pg_attribute a
              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
              WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
+               AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
                AND {BASE_TYPE} IN {ID_TYPES}
                AND (EXISTS (SELECT FROM pg_catalog.pg_attrdef ad JOIN calls k ON k.objid = ad.oid
                             AND k.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
@@ -219,7 +239,8 @@ fn id_columns() -> Vec<Column> {
              SELECT t.relid, d.attname, d.base
              FROM defaults d, pg_catalog.pg_partition_tree(d.rel) t
              JOIN pg_catalog.pg_class l ON l.oid = t.relid
-             WHERE d.relkind = 'p' AND t.isleaf AND l.relkind = 'r')
+             WHERE d.relkind = 'p' AND t.isleaf AND l.relkind = 'r'
+               AND l.relpersistence OPERATOR(pg_catalog.<>) 't')
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
                 t.base = 'pg_catalog.uuid'::pg_catalog.regtype, c.relowner
          FROM tables t
@@ -242,6 +263,7 @@ fn all_columns() -> Vec<Column> {
          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
+           AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
            AND {BASE_TYPE} IN {ID_TYPES}
            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'snowflake_id')
            AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
@@ -314,7 +336,13 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         )? {
             rows.push(FloorRow {
                 system_identifier: row.get::<i64>(1)?.unwrap_or(0),
-                covers: row.get::<Vec<i64>>(2)?.unwrap_or_default(),
+                // A superuser's row may hold NULLs: they name no server.
+                covers: row
+                    .get::<Vec<Option<i64>>>(2)?
+                    .unwrap_or_default()
+                    .into_iter()
+                    .flatten()
+                    .collect(),
                 subscription_copies: row.get::<i64>(3)?.map(|v| v as u64),
                 floor: row.get::<i64>(4)?,
             });
@@ -337,119 +365,150 @@ fn write_record(me: i64, covers: &[i64], copies: Option<u64>, floor: Option<i64>
     if process::read_only_transaction() {
         return false;
     }
-    spi::run(
-        "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscription_copies, floor)
-         VALUES ($1, $2, $3, $4)",
-        &[
-            DatumWithOid::from(me),
-            DatumWithOid::from(covers.to_vec()),
-            DatumWithOid::from(copies.map(|v| v as i64)),
-            DatumWithOid::from(floor),
-        ],
-    );
+    own_write(|| {
+        spi::run(
+            "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscription_copies, floor)
+             VALUES ($1, $2, $3, $4)",
+            &[
+                DatumWithOid::from(me),
+                DatumWithOid::from(covers.to_vec()),
+                DatumWithOid::from(copies.map(|v| v as i64)),
+                DatumWithOid::from(floor),
+            ],
+        )
+    });
     true
 }
 
-/// Floors this database before this backend's first ID, if its data came
-/// from another cluster (see the module's documentation).
+/// Runs `write`, a write of the extension's own row, which the guard does
+/// not count as a change (an error leaves the flag as it found it: the
+/// next write sets it again, and a change counted too often costs one
+/// read of the record, never a floor missed).
+fn own_write<R>(write: impl FnOnce() -> R) -> R {
+    WRITING_OWN.0.set(true);
+    let r = write();
+    WRITING_OWN.0.set(false);
+    r
+}
+
+/// Floors this database before this backend's next ID, if its data came
+/// from another cluster and no session of this server floored it since
+/// the last change (see the module's documentation).
 pub fn floor_if_copied(
     shm: &Shmem,
     cfg: &Config,
     lim: &Limits,
     standby_wait_ms: u64,
 ) -> Result<(), Failure> {
-    watch_subscriptions();
+    // Read before anything else: a change while this check runs leaves the
+    // database to be checked again.
+    let generation = shm.floored.generation();
+    let db = process::database_id().to_u32();
+    if shm.floored.is_checked(db, generation) {
+        SEEN.0.set(generation);
+        return Ok(());
+    }
     let me = xlog::origin().0 as i64;
-    let done = role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let Some(oid) = record() else {
             return Err(not_updated());
         };
         let (rows, copies_now) = read_record();
-        let Some(_) = copies::floor_needed(me, &rows, copies_now) else {
+        if copies::floor_needed(me, &rows, copies_now).is_none() {
             continue_from_record(shm, cfg, me, &rows);
-            return Ok(());
-        };
-        let db = process::database_id().to_u32();
-        // Floored since start, its floor's transaction not yet ended.
-        if shm
-            .floored
-            .holds(db, copies::fingerprint(&rows, copies_now))
-        {
             return Ok(());
         }
         // One floor at a time in a database; the next reads the record the
-        // first wrote, once the first's transaction has ended.
+        // first wrote, once the first's transaction has ended, unless the
+        // first's note says so already.
         lock::relation(oid, lock::Mode::ShareUpdateExclusive);
+        if shm.floored.is_checked(db, generation) {
+            return Ok(());
+        }
         let (rows, copies_now) = read_record();
         let Some(why) = copies::floor_needed(me, &rows, copies_now) else {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         };
-        if process::in_parallel_mode() {
-            // A floor writes WAL, which a parallel query cannot.
-            return Err(Failure::new(
-                Class::NotReady,
-                format!(
-                    "snowflake_id cannot floor database \"{}\" inside a parallel query",
-                    database_name()
-                ),
-            )
-            .detail(format!(
-                "Before its next ID, this database must be floored: {}.",
-                why.describe()
-            ))
-            .hint("Take one ID outside a parallel query first: SELECT snowflake_nextval();"));
-        }
-        let started = Instant::now();
-        let columns = id_columns();
-        // Said first: a read cut short (a cancel, a timeout) is then not a mystery.
-        log!(
-            "snowflake_id: flooring database \"{}\" because {}: reading {} column(s)",
-            database_name(),
-            why.describe(),
-            columns.len()
-        );
-        let found = highest(
-            &columns,
-            &cfg.layout,
-            copies::plausible_upper(&cfg.layout, clock::now_ms()),
-        );
-        let said = match &found.highest {
-            Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
-            None => "no column holds an ID".to_string(),
-        };
-        // What backfills leased at past times, wherever the data was made.
-        let backfilled = mark::leases::raise_copied(shm, &read_leases())?;
-        let said = match backfilled {
-            0 => said,
-            n => format!("{said}; {n} backfill lease(s) of the record raised this server's"),
-        };
-        shm.floored.note(db, copies::fingerprint(&rows, copies_now));
-        let recorded = write_record(
-            me,
-            &copies::covered(me, &rows),
-            copies_now,
-            found.highest.as_ref().map(|h| h.0),
-        );
-        log!(
-            "snowflake_id: database \"{}\" was floored because {}: {} column(s) read in {} ms{}; {said}{}",
-            database_name(),
-            why.describe(),
-            found.columns,
-            started.elapsed().as_millis(),
-            found
-                .highest
-                .as_ref()
-                .map(|(id, at)| format!(", the highest ID {id} in {at}"))
-                .unwrap_or_default(),
-            if recorded { "" } else { " (not recorded: the transaction cannot write; the next start floors again)" }
-        );
-        Ok(())
-    });
-    if done.is_ok() {
-        CHECKED.0.set(true);
+        floor(shm, cfg, lim, standby_wait_ms, me, &rows, copies_now, &why)
+    })?;
+    shm.floored.note(db, generation);
+    SEEN.0.set(generation);
+    Ok(())
+}
+
+/// Reads every ID column of this database and raises the mark above the
+/// largest; writes this server's row of the record.
+#[allow(clippy::too_many_arguments)]
+fn floor(
+    shm: &Shmem,
+    cfg: &Config,
+    lim: &Limits,
+    standby_wait_ms: u64,
+    me: i64,
+    rows: &[FloorRow],
+    copies_now: Option<u64>,
+    why: &copies::Why,
+) -> Result<(), Failure> {
+    if process::in_parallel_mode() {
+        // A floor writes WAL, which a parallel query cannot.
+        return Err(Failure::new(
+            Class::NotReady,
+            format!(
+                "snowflake_id cannot floor database \"{}\" inside a parallel query",
+                database_name()
+            ),
+        )
+        .detail(format!(
+            "Before its next ID, this database must be floored: {}.",
+            why.describe()
+        ))
+        .hint("Take one ID outside a parallel query first: SELECT snowflake_nextval();"));
     }
-    done
+    let started = Instant::now();
+    let columns = id_columns();
+    // Said first: a read cut short (a cancel, a timeout) is then not a mystery.
+    log!(
+        "snowflake_id: flooring database \"{}\" because {}: reading {} column(s)",
+        database_name(),
+        why.describe(),
+        columns.len()
+    );
+    let found = highest(
+        &columns,
+        &cfg.layout,
+        copies::plausible_upper(&cfg.layout, clock::now_ms()),
+    );
+    let said = match &found.highest {
+        Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
+        None => "no column holds an ID".to_string(),
+    };
+    // What backfills leased at past times, wherever the data was made.
+    let backfilled = mark::leases::raise_copied(shm, &read_leases())?;
+    let said = match backfilled {
+        0 => said,
+        n => format!("{said}; {n} backfill lease(s) of the record raised this server's"),
+    };
+    let recorded = write_record(
+        me,
+        &copies::covered(me, rows),
+        copies_now,
+        found.highest.as_ref().map(|h| h.0),
+    );
+    log!(
+        "snowflake_id: database \"{}\" was floored because {}: {} column(s) read in {} ms{}; {said}{}",
+        database_name(),
+        why.describe(),
+        found.columns,
+        started.elapsed().as_millis(),
+        found
+            .highest
+            .as_ref()
+            .map(|(id, at)| format!(", the highest ID {id} in {at}"))
+            .unwrap_or_default(),
+        if recorded { "" } else { " (not recorded: the transaction cannot write; the next start floors again)" }
+    );
+    Ok(())
 }
 
 /// Notes a backfill lease in this database's record, in the caller's
@@ -464,13 +523,15 @@ pub fn record_lease(raise: &Raise) -> Result<(), Failure> {
     }
     let me = xlog::origin().0 as i64;
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
-        spi::run(
-            "INSERT INTO snowflake_id.snowflake_floors (system_identifier, backfilled) VALUES ($1, $2)",
-            &[
-                DatumWithOid::from(me),
-                DatumWithOid::from(raise.to_row().to_vec()),
-            ],
-        )
+        own_write(|| {
+            spi::run(
+                "INSERT INTO snowflake_id.snowflake_floors (system_identifier, backfilled) VALUES ($1, $2)",
+                &[
+                    DatumWithOid::from(me),
+                    DatumWithOid::from(raise.to_row().to_vec()),
+                ],
+            )
+        })
     });
     Ok(())
 }
@@ -535,8 +596,8 @@ fn not_updated() -> Failure {
 
 /// What the next call in this database would meet before its ID: the
 /// refusal of a database whose extension is not updated.
-pub fn problem() -> Option<Failure> {
-    if checked() {
+pub fn problem(shm: &Shmem) -> Option<Failure> {
+    if checked(shm) {
         return None;
     }
     // Catalog-cache lookups, which check no privilege: as the caller.
@@ -599,28 +660,101 @@ pub fn resume_above_everything(
     })
 }
 
-/// The subscriptions' tables changing state (an initial copy ending, a
-/// table added) make this backend check its database again.
-fn watch_subscriptions() {
-    if WATCHING.0.get() {
+/// Before `DROP SUBSCRIPTION` or `ALTER SUBSCRIPTION`: copies of this
+/// database's subscriptions that no floor of this server covers are noted
+/// in the record (a row of `COPIED_UNFLOORED`, in the statement's
+/// transaction), since the statement may take the catalog's account of
+/// them away. A database without the record has no IDs to protect.
+pub fn before_subscription_change() {
+    if crate::shmem::get().is_none() || process::read_only_transaction() {
         return;
     }
-    // SAFETY: registers a callback for the life of this backend, once.
+    let me = xlog::origin().0 as i64;
+    role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
+        if record().is_none() {
+            return;
+        }
+        let (rows, copies_now) = read_record();
+        if copies_now.is_some() && copies::floor_needed(me, &rows, copies_now).is_some() {
+            spi::run(
+                "INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ($1)",
+                &[DatumWithOid::from(copies::COPIED_UNFLOORED)],
+            );
+        }
+    });
+}
+
+/// A database made or dropped: its OID may be another's later.
+pub fn databases_changed() {
+    if let Some(shm) = crate::shmem::get() {
+        shm.floored.changed();
+    }
+}
+
+/// The record's guard, for a row written by anyone but the extension's
+/// own floor: the generation moves when the transaction commits (and now,
+/// so that a check running meanwhile does not count for after it).
+pub fn record_written() {
+    if WRITING_OWN.0.get() {
+        return;
+    }
+    if let Some(shm) = crate::shmem::get() {
+        shm.floored.changed();
+        CHANGING.0.set(true);
+    }
+}
+
+/// Registers, in the postmaster for every process it starts, what hears of
+/// changes: the subscriptions' tables changing state (an initial copy
+/// ending, a table added or removed), and the end of each transaction.
+pub fn listen() {
+    // SAFETY: called from _PG_init at preload, single-threaded: the
+    // callbacks are inherited by every process the postmaster starts.
     unsafe {
         pg_sys::CacheRegisterSyscacheCallback(
             pg_sys::SysCacheIdentifier::SUBSCRIPTIONRELMAP as std::ffi::c_int,
             Some(subscriptions_changed),
             pg_sys::Datum::from(0),
         );
+        pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut());
     }
-    WATCHING.0.set(true);
 }
 
 #[pg_guard]
 unsafe extern "C-unwind" fn subscriptions_changed(
     _arg: pg_sys::Datum,
     _cache: std::ffi::c_int,
-    _hash: u32,
+    hash: u32,
 ) {
-    CHECKED.0.set(false);
+    // 0 is a reset of every cache (a process that fell behind the queue of
+    // invalidations), not a change: the process that made a change hears
+    // its own, with the row's hash.
+    if hash != 0 {
+        if let Some(shm) = crate::shmem::get() {
+            shm.floored.changed();
+            CHANGING.0.set(true);
+        }
+    }
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    match event {
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE
+            if CHANGING.0.replace(false) =>
+        {
+            if let Some(shm) = crate::shmem::get() {
+                shm.floored.changed();
+            }
+        }
+        XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
+            CHANGING.0.set(false);
+            WRITING_OWN.0.set(false);
+        }
+        _ => {}
+    }
 }

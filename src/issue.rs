@@ -146,7 +146,7 @@ fn offer_check_due() -> bool {
 /// published mark.
 pub fn problem(shm: &Shmem, now: i64) -> Result<(), Failure> {
     let (cfg, _) = preflight(shm, false)?;
-    if let Some(f) = copies::problem() {
+    if let Some(f) = copies::problem(shm) {
         return Err(f);
     }
     let now = shm.generation_now(now);
@@ -181,7 +181,7 @@ pub fn issue(n: u64, now: i64, mut sink: impl FnMut(Taken)) -> (&'static Config,
         warn_once_of_end(cfg, now);
     }
     let policy = settings::policy(&cfg.layout).unwrap_or_else(|f| counted(f));
-    if !copies::checked() {
+    if !copies::checked(shm) {
         copies::floor_if_copied(shm, cfg, &policy.limits(), policy.max_wait_ms)
             .unwrap_or_else(|f| counted(f));
     }
@@ -305,7 +305,7 @@ pub fn next() -> (&'static Config, i64) {
         let shm = shmem::get()?;
         let cfg = settings::config().ok()?;
         let worker = worker_id::in_force(shm)?;
-        if !copies::checked() {
+        if !copies::checked(shm) {
             return None;
         }
         let now = shm.generation_now(now);

@@ -59,6 +59,7 @@ pub extern "C-unwind" fn _PG_init() {
         shmem::install(on_shmem_created);
         bgworkers::register();
         api::utility::install();
+        copies::listen();
     } else {
         settings::read_without_defining();
         opaque::define();

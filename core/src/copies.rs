@@ -5,13 +5,15 @@
 //! identifier and replays the durable mark from WAL. A `pg_upgrade`, a dump
 //! restored elsewhere or a logical copy carries rows but not the mark, into
 //! a server with another system identifier. Each database keeps a record of
-//! the servers whose IDs it may hold (`snowflake_id.snowflake_floors`): the
-//! extension's creation writes the creating server's row, and every floor
-//! writes the flooring server's, with the other servers it covered. The
-//! rows travel with the data (pg_upgrade carries the table, pg_dump its
-//! rows, a publication of all tables its rows), so a server that finds a
-//! row of another server it has not covered knows the data came from
-//! elsewhere, and floors before it issues.
+//! the floors made in it (`snowflake_id.snowflake_floors`): every floor
+//! writes the flooring server's row, naming the other servers it covered.
+//! The rows travel with the data (pg_upgrade carries the table, pg_dump its
+//! rows, a publication of all tables its rows), so a database is floored by
+//! a server before its first ID there unless a floor of that server covers
+//! every row: a database new to the server (its record empty: the
+//! extension's creation writes no row), or data of other servers.
+//! What a role may write into the record, and when servers read it, is the
+//! shell's (`copies.rs`, the record's guard).
 
 use crate::layout::Layout;
 
@@ -28,6 +30,13 @@ pub struct FloorRow {
     pub floor: Option<i64>,
 }
 
+/// The system identifier of a row that stands for copied rows of unknown
+/// origin: written when a subscription is dropped or changed after its
+/// initial copies finished and before this server floored them (dropping a
+/// subscription empties the catalog that told of its copies). No server
+/// has it; a floor covers it as any other.
+pub const COPIED_UNFLOORED: i64 = 0;
+
 /// Why a database must be floored before this server issues in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Why {
@@ -37,7 +46,8 @@ pub enum Why {
     /// A subscription's table finished its initial copy since this server's
     /// last floor.
     InitialCopy,
-    /// No row at all: the record was emptied, or the rows came without it.
+    /// No row at all: a database new to this server, a record emptied, or
+    /// rows that came without it.
     NoRecord,
 }
 
@@ -45,15 +55,27 @@ impl Why {
     /// The reason, for the server log.
     pub fn describe(&self) -> String {
         match self {
-            Why::OtherServers(ids) => format!(
-                "its data came from another cluster (system identifier {})",
-                ids.iter()
+            Why::OtherServers(ids) => {
+                let servers: Vec<String> = ids
+                    .iter()
+                    .filter(|&&s| s != COPIED_UNFLOORED)
                     .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+                    .collect();
+                let dropped = "a subscription copied tables into it and was dropped or changed before a floor";
+                match (servers.is_empty(), ids.contains(&COPIED_UNFLOORED)) {
+                    (true, _) => dropped.to_string(),
+                    (false, unknown) => format!(
+                        "its data came from another cluster (system identifier {}){}",
+                        servers.join(", "),
+                        if unknown { format!("; {dropped}") } else { String::new() }
+                    ),
+                }
+            }
             Why::InitialCopy => "a subscription copied tables into it".to_string(),
-            Why::NoRecord => "its record of floors is empty".to_string(),
+            Why::NoRecord => {
+                "no floor of this server covers it yet (new here, or its record of floors was emptied)"
+                    .to_string()
+            }
         }
     }
 }
@@ -110,7 +132,12 @@ impl Fnv {
 /// finished initial copies (`copies_state`), if any finished.
 pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<Why> {
     if rows.is_empty() {
-        return Some(Why::NoRecord);
+        // A subscription's copies are the likelier story, and the one to tell.
+        return Some(if copies.is_some() {
+            Why::InitialCopy
+        } else {
+            Why::NoRecord
+        });
     }
     let mine: Vec<&FloorRow> = rows.iter().filter(|r| r.system_identifier == me).collect();
     // One pass over what this server's rows cover: a record of many rows
@@ -147,30 +174,6 @@ pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<i64> {
     ids.sort_unstable();
     ids.dedup();
     ids
-}
-
-/// The state of a database's record (and of its subscriptions' copies) as
-/// one number, the same in every process, never 0: a floor made against
-/// one state holds while the record stays in it.
-pub fn fingerprint(rows: &[FloorRow], copies: Option<u64>) -> u64 {
-    let mut rows: Vec<(i64, Vec<i64>, Option<u64>)> = rows
-        .iter()
-        .map(|r| {
-            let mut covers = r.covers.clone();
-            covers.sort_unstable();
-            (r.system_identifier, covers, r.subscription_copies)
-        })
-        .collect();
-    rows.sort_unstable();
-    let mut h = Fnv::new();
-    for (s, covers, state) in &rows {
-        h.eat(*s as u64);
-        h.eat(covers.len() as u64);
-        covers.iter().for_each(|c| h.eat(*c as u64));
-        h.eat(state.map_or(u64::MAX, |l| l));
-    }
-    h.eat(copies.map_or(u64::MAX, |l| l));
-    h.finish()
 }
 
 /// How far ahead of this server's clock the time inside IDs may continue
@@ -256,6 +259,34 @@ mod tests {
     #[test]
     fn an_empty_record_is_floored() {
         assert_eq!(floor_needed(9, &[], None), Some(Why::NoRecord));
+        assert_eq!(floor_needed(9, &[], Some(3)), Some(Why::InitialCopy));
+        assert!(Why::NoRecord.describe().contains("no floor of this server"));
+    }
+
+    #[test]
+    fn copies_dropped_before_a_floor_are_floored_once() {
+        let floored = [row(9, &[], None)];
+        let dropped = [row(9, &[], None), row(COPIED_UNFLOORED, &[], None)];
+        let why = floor_needed(9, &dropped, None).unwrap();
+        assert_eq!(why, Why::OtherServers(vec![COPIED_UNFLOORED]));
+        assert!(
+            why.describe().starts_with("a subscription copied tables"),
+            "{}",
+            why.describe()
+        );
+        assert_eq!(covered(9, &dropped), vec![COPIED_UNFLOORED]);
+        let after = [
+            dropped[0].clone(),
+            dropped[1].clone(),
+            row(9, &[COPIED_UNFLOORED], None),
+        ];
+        assert_eq!(floor_needed(9, &after, None), None);
+        assert_eq!(floor_needed(9, &floored, None), None);
+        let both = Why::OtherServers(vec![COPIED_UNFLOORED, 7]).describe();
+        assert!(
+            both.contains("system identifier 7)") && both.contains("dropped"),
+            "{both}"
+        );
     }
 
     fn copy(subscription: u32, table: u32, lsn: u64) -> FinishedCopy {
@@ -304,16 +335,6 @@ mod tests {
             copies_state(&[copy(1, 10, 5), copy(2, 20, 8)])
         );
         assert_eq!(copies_state(&[]), None);
-    }
-
-    #[test]
-    fn a_record_state_has_one_print_whatever_the_order_of_its_rows() {
-        let a = [row(7, &[1, 2], None), row(9, &[], Some(5))];
-        let b = [row(9, &[], Some(5)), row(7, &[2, 1], None)];
-        assert_eq!(fingerprint(&a, Some(5)), fingerprint(&b, Some(5)));
-        assert_ne!(fingerprint(&a, Some(5)), fingerprint(&a, Some(6)));
-        assert_ne!(fingerprint(&a, None), fingerprint(&a[..1], None));
-        assert_ne!(fingerprint(&[], None), 0);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - [`mark`]: the durable high-water mark file.
 //! - [`backfill`]: IDs for past times: what was handed out at which ticks, and leases of it.
 //! - [`copies`]: data from another cluster: when a database is floored, and how IDs continue.
+//! - [`floored`]: which databases a server checked for copies, in shared memory.
 //! - [`resume`]: where generation may resume after a start or a crash.
 //! - [`shared_text`]: text one process writes and others read, without a lock.
 
@@ -32,6 +33,7 @@ pub mod convert;
 pub mod copies;
 pub mod failure;
 pub mod ff1;
+pub mod floored;
 pub mod generator;
 pub mod layout;
 pub mod mark;

@@ -66,10 +66,21 @@ fn snowflake_resume_above_everything() -> String {
         .or_raise()
 }
 
+/// The record of floors' statement trigger: rows were added (a restore, an
+/// operator, replication), so every database checks again before its next
+/// ID (see `copies`). Only a trigger can call it.
+#[pg_trigger]
+fn snowflake_floors_written<'a>(
+    _trigger: &'a PgTrigger<'a>,
+) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, PgHeapTupleError> {
+    copies::record_written();
+    Ok(None)
+}
+
 extension_sql_file!(
     "sql/floors.sql",
     name = "snowflake_floors",
-    requires = ["snowflake_claims"]
+    requires = ["snowflake_claims", snowflake_floors_written]
 );
 
 extension_sql_file!(

@@ -42,6 +42,19 @@ impl<'a> Statement<'a> {
         self.is(pg_sys::NodeTag::T_DropdbStmt)
     }
 
+    /// Whether it makes or drops a database (whose OID a later one may
+    /// take again).
+    pub fn makes_or_drops_database(&self) -> bool {
+        self.is(pg_sys::NodeTag::T_CreatedbStmt) || self.drops_database()
+    }
+
+    /// Whether it is `DROP SUBSCRIPTION` or `ALTER SUBSCRIPTION`, which may
+    /// remove the catalog's rows of the tables a subscription copied.
+    pub fn changes_subscription(&self) -> bool {
+        self.is(pg_sys::NodeTag::T_DropSubscriptionStmt)
+            || self.is(pg_sys::NodeTag::T_AlterSubscriptionStmt)
+    }
+
     /// Whether it is `DISCARD ALL` or `DISCARD SEQUENCES`.
     pub fn discards_sequences(&self) -> bool {
         if !self.is(pg_sys::NodeTag::T_DiscardStmt) {

@@ -11,7 +11,7 @@
 //! - [`counters`]: counts for the status, and the per-process slots;
 //! - the reserver's process id ([`pid::Pid`]);
 //! - the worker id generation uses ([`worker::WorkerId`]);
-//! - the databases floored since start ([`floors::Floored`]).
+//! - the databases checked for copies since start (`snowflake_id_core::floored::Checked`).
 //!
 //! What runs when the region is first made is handed in by `lib.rs`: this
 //! layer knows no part's meaning beyond its own fields.
@@ -19,7 +19,6 @@
 pub mod backfill;
 pub mod claims;
 pub mod counters;
-pub mod floors;
 pub mod mark;
 pub mod pid;
 pub mod refusal;
@@ -43,7 +42,7 @@ pub struct Shmem {
     pub reserver_pid: pid::Pid,
     pub worker: worker::WorkerId,
     pub counters: Counters,
-    pub floored: floors::Floored,
+    pub floored: snowflake_id_core::floored::Checked,
     started_at_ms: AtomicI64,
     /// The instant generation treats as now until the clock reaches it: the
     /// time of copied IDs a floor found ahead of this server's clock (0: none).
@@ -183,7 +182,7 @@ impl Shmem {
             reserver_pid: pid::Pid::new(),
             worker: worker::WorkerId::new(),
             counters: Counters::default(),
-            floored: floors::Floored::new(),
+            floored: Default::default(),
             started_at_ms: AtomicI64::new(now_ms()),
             continue_from_ms: AtomicI64::new(0),
             slot_count,

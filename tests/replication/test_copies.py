@@ -16,7 +16,7 @@ column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
 
 import os
 
-from copies import CLOCK_BEHIND_S, SCHEMA, a_second_past_the_last_id, check_copy, fill
+from copies import NEW_HERE, CLOCK_BEHIND_S, SCHEMA, a_second_past_the_last_id, check_copy, copy_floors, fill
 from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers
 
 
@@ -107,9 +107,10 @@ def test_a_logical_initial_copy_is_floored_by_the_extension():
         a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
         b = copy_target(made, "logical-b")
         b.sql(SCHEMA)
-        # Made here, before any copy: its first ID reads no data.
+        # Made here, before any copy: its first ID floors it as new here,
+        # with nothing to read.
         b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
-        assert "was floored because" not in b.log_text()
+        assert NEW_HERE in b.log_text() and not copy_floors(b), b.log_text()[-3000:]
         b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
               " PUBLICATION pub")
         b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
@@ -120,6 +121,57 @@ def test_a_logical_initial_copy_is_floored_by_the_extension():
         a.stop()
         check_copy(b, data, what="logical replication's initial copy")
         assert "a subscription copied tables into it" in b.log_text()
+
+
+def test_a_logical_copy_cut_over_with_drop_subscription_is_floored_through_a_crash():
+    """The usual end of a migration by logical replication: the subscription
+    dropped before the copy's first ID (which empties the catalog's account
+    of the tables it copied), then a crash before that ID. The record was
+    told before the drop, in the drop's own transaction."""
+    with servers() as made:
+        a, data = original(made, "logical-drop-a", conf={"wal_level": "logical"})
+        a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
+        b = copy_target(made, "logical-drop-b")
+        b.sql(SCHEMA)
+        # Taken before the copy: the database is floored as new here, with
+        # no copy to cover.
+        b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
+        b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
+              " PUBLICATION pub")
+        b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
+                   what="the initial copy did not end")
+        b.sql("DROP SUBSCRIPTION sub")
+        a.stop()
+        assert b.one("SELECT count(*) FROM pg_subscription_rel") == 0
+        assert not copy_floors(b), "the case is not made: a floor for the copy came before the drop"
+        b.kill9_all()
+        b.start()
+        check_copy(b, data, what="a logical copy cut over with DROP SUBSCRIPTION")
+        assert any("dropped or changed before a floor" in line for line in copy_floors(b)), copy_floors(b)
+
+
+def test_a_data_only_restore_into_a_database_in_use_floors_its_open_sessions():
+    """pg_restore --data-only into a database whose sessions already take
+    IDs (a pool's): the record's rows the restore writes make every session
+    check again before its next ID once the restore commits, the sessions
+    already open included."""
+    with servers() as made:
+        a, data = original(made, "dataonly-a")
+        b = copy_target(made, "dataonly-b")
+        b.sql(SCHEMA)
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc --data-only {conn_args(a)} -d postgres -f {dump}")
+        a.stop()
+        with b.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT snowflake_nextval()")
+            before = cur.fetchone()[0]
+            assert before < data["top"], "the case is not made: the copy's IDs are below this server's"
+            shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
+                  f" --exit-on-error {dump}")
+            cur.execute("SELECT snowflake_nextval()")
+            after = cur.fetchone()[0]
+        assert after > data["top"], f"an open session issued {after}, below the restored {data['top']}"
+        check_copy(b, data, what="a data-only restore into a database in use")
 
 
 def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
@@ -165,7 +217,11 @@ def data_rows(s, table):
     return s.one(f"SELECT count(*) FROM {table}")
 
 
-def test_an_ordinary_restart_and_a_new_database_read_no_data():
+def test_a_database_is_floored_once_as_new_here_and_a_restart_reads_no_data():
+    """A database is floored at its first ID on this server (the extension's
+    creation writes no row: a database made here, restored from a partial
+    dump or from anything else reads its ID columns once); restarts and
+    crashes floor nothing again."""
     with servers() as made:
         s = Server("floors-plain")
         made.append(s)
@@ -179,12 +235,15 @@ def test_an_ordinary_restart_and_a_new_database_read_no_data():
         s.sql("CREATE DATABASE other")
         s.sql(SCHEMA, dbname="other")
         s.sql("INSERT INTO ev (n) VALUES (1)", dbname="other")
-        assert "was floored because" not in s.log_text(), s.log_text()[-3000:]
-        # One row per database, the server that made it, besides a row per
-        # backfill lease.
-        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE system_identifier ="
-                     " (SELECT system_identifier FROM pg_control_system()) AND floor IS NULL"
-                     " AND backfilled IS NULL") == 1
+        s.restart()
+        s.sql("INSERT INTO ev (n) VALUES (2)", dbname="other")
+        floors = [line for line in s.log_text().splitlines() if "was floored because" in line]
+        assert len(floors) == 2 and all(NEW_HERE in line for line in floors), floors
+        # One row of this server per database, besides a row per backfill lease.
+        for db in ("postgres", "other"):
+            assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE system_identifier ="
+                         " (SELECT system_identifier FROM pg_control_system()) AND backfilled IS NULL",
+                         dbname=db) == 1, db
 
 
 def test_a_database_owner_dumps_and_restores_and_gains_nothing():
@@ -219,13 +278,19 @@ def test_a_database_owner_dumps_and_restores_and_gains_nothing():
                 "CREATE FUNCTION public.max(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 0::bigint'"):
             a.sql(statement, dbname="appdb", user="app")
         top = a.one("SELECT max(id) FROM hidden", dbname="appdb")
-        # The record: anyone reads it (pg_dump does), adds rows (pg_restore
-        # does), but changes none, and a row it adds covers nothing.
+        # The record: anyone reads it (pg_dump does), the database's owner
+        # adds rows (pg_restore does), but changes none, and a row it adds
+        # covers nothing.
         a.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{1,2}', 5)",
               dbname="appdb", user="app")
         assert a.sql("SELECT covers, floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
                      dbname="appdb") == [([], None)]
         a.sql("DELETE FROM snowflake_id.snowflake_floors WHERE system_identifier = 7", dbname="appdb")
+        # A role that is neither a superuser nor the database's owner adds none.
+        a.sql("CREATE ROLE other LOGIN")
+        code, message, _ = a.error("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (7)",
+                                   dbname="appdb", user="other")
+        assert code == "42501" and "only superusers and the database's owner" in message, message
         for statement in ("DELETE FROM snowflake_id.snowflake_floors",
                           "UPDATE snowflake_id.snowflake_floors SET covers = '{}'",
                           "TRUNCATE snowflake_id.snowflake_floors"):
@@ -296,8 +361,8 @@ def a_month_ahead(s):
 
 
 def test_pg_restore_tells_no_error_and_the_record_keeps_both_servers():
-    """The record's rows restore beside the row CREATE EXTENSION wrote,
-    even into the server the dump came from (no key to collide on)."""
+    """The record's rows restore into the server the dump came from (no key
+    to collide on), and cover the copy there: its IDs are this server's."""
     with servers() as made:
         a, _ = original(made, "floors-self")
         dump = os.path.join(a.dir, "self.dump")
@@ -305,5 +370,7 @@ def test_pg_restore_tells_no_error_and_the_record_keeps_both_servers():
         a.sql("CREATE DATABASE again")
         shell(f"{PG_BIN}/pg_restore {conn_args(a)} -d again --exit-on-error {dump}")
         a.sql("INSERT INTO t (n) VALUES (-1)", dbname="again")
-        # Its own server's dump: nothing came from elsewhere, nothing read.
-        assert "was floored because" not in a.log_text()
+        # Its own server's dump: nothing came from elsewhere, nothing read
+        # (the original's floor, as a database new here, is the only one).
+        floors = [line for line in a.log_text().splitlines() if "was floored because" in line]
+        assert len(floors) == 1 and '"postgres"' in floors[0], floors

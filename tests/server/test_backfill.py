@@ -369,15 +369,20 @@ def test_the_guide_s_history_recipes_run_as_the_application():
 
 
 def test_rows_planted_in_the_record_stop_no_id_and_use_up_nothing():
-    """A role with no grant writes what it likes into the record of floors
-    (INSERT is PUBLIC's, for a database owner's pg_restore): rows with NULLs,
-    with 20 million numbers, a lease over every tick at full depth, under
-    this server's system identifier and under another's (which makes the
-    next ID floor the database). Live IDs go on, quickly; backfills still
-    find their numbers."""
+    """A role with no grant writes nothing into the record of floors; the
+    database's owner (whose pg_restore writes it) writes what it likes: rows
+    with NULLs, with 20 million numbers, a lease over every tick at full
+    depth, under this server's system identifier and under another's (which
+    makes the next ID floor the database). Live IDs go on, quickly;
+    backfills still find their numbers."""
     with server("bf-planted", conf=BACKFILL) as s:
         s.sql("CREATE ROLE evil LOGIN")
         me = s.one("SELECT system_identifier FROM pg_control_system()")
+        code, message, hint = s.error("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (42)",
+                                      user="evil")
+        assert code == "42501" and "only superusers and the database's owner" in message, message
+        assert hint.startswith("Restore the record of floors as a superuser or as the database's owner"), hint
+        s.sql("ALTER DATABASE postgres OWNER TO evil")
         with s.connect(user="evil") as conn, conn.cursor() as cur:
             for sysid, value in ((me, "'{1,NULL,3}'"), (me, "array_fill(-1::bigint, ARRAY[20000000])"),
                                  (me, "ARRAY[0, 9223372036854775807, 9223372036854775807]"),

@@ -3,7 +3,9 @@
 //! (`citus::refuse_divergent_default`), the claims worker leaves the
 //! databases that commands need to themselves (`away::around`), and
 //! `DISCARD ALL` / `DISCARD SEQUENCES` forget `snowflake_lastval()`, as they
-//! make `lastval()` forget (a pooler's reset between clients).
+//! make `lastval()` forget (a pooler's reset between clients), and the
+//! record of floors hears of copies a subscription leaves behind and of
+//! databases made or dropped (`copies`).
 //!
 //! Installed last among the preloaded libraries' hooks when the library is
 //! listed after `citus`, so it runs before Citus carries a command to the
@@ -12,6 +14,7 @@
 mod away;
 
 use crate::citus;
+use crate::copies;
 use crate::issue;
 use crate::pg::ddl::Statement;
 use pgrx::pg_sys;
@@ -31,12 +34,19 @@ pub fn install() {
 /// Checks `stmt`, then runs it (`run`) with whatever it needs arranged.
 fn around(stmt: &Statement<'_>, run: impl FnOnce() + std::panic::UnwindSafe) {
     citus::refuse_divergent_default(stmt);
+    if stmt.changes_subscription() {
+        copies::before_subscription_change();
+    }
     // Read before the command runs.
     let discards = stmt.discards_sequences();
+    let databases = stmt.makes_or_drops_database();
     away::around(stmt, run);
     // After the command: one refused (inside a transaction block) forgets nothing.
     if discards {
         issue::forget_last();
+    }
+    if databases {
+        copies::databases_changed();
     }
 }
 

@@ -1,0 +1,89 @@
+"""How a server checks its databases for copied data: once per change, not
+once per session (a new session's first ID reads no table), and nothing a
+role other than a superuser or the database's owner does makes a
+database floor, or fails or stalls another session's floor.
+
+Whether a session read a table is told by a lock, not by a time: while a
+superuser holds the record of floors locked, a session whose first ID read
+it would wait, and with `lock_timeout` set it fails at once (55P03)."""
+
+from harness import server
+
+NO_WAIT = "SET lock_timeout = 1; "
+
+
+def held(s):
+    """A session holding the record of floors locked against every read."""
+    conn = s.connect(autocommit=False)
+    conn.cursor().execute("LOCK TABLE snowflake_id.snowflake_floors IN ACCESS EXCLUSIVE MODE")
+    return conn
+
+
+def test_a_new_sessions_first_id_reads_no_table_once_its_database_was_checked():
+    with server("checks-once") as s:
+        s.sql("CREATE ROLE app LOGIN")
+        # After a start, the first session of the database reads the record
+        # once (the test's own proof that a read would be seen).
+        s.restart()
+        lock = held(s)
+        code, _, _ = s.error(NO_WAIT + "SELECT snowflake_nextval()")
+        assert code == "55P03", code
+        lock.close()
+        assert s.one("SELECT snowflake_nextval() > 0") is True
+        # Every later session, of any role, reads nothing.
+        with held(s):
+            for user in ("postgres", "app", "app"):
+                assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", user=user) is True
+        # Another database is checked on its own (a database made or dropped
+        # has every database checked again once: its OID may be reused).
+        s.sql("CREATE DATABASE other")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
+        with held(s):
+            assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", dbname="other", user="app") is True
+
+
+def test_no_role_but_a_superuser_or_the_databases_owner_adds_rows_to_the_record():
+    with server("checks-writers") as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        s.sql("CREATE ROLE owner LOGIN")
+        s.sql("CREATE DATABASE owned OWNER owner")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="owned")
+        for db in ("postgres", "owned"):
+            code, message, hint = s.error(
+                "INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (7)", dbname=db, user="evil")
+            assert code == "42501" and "only superusers and the database's owner" in message, message
+            assert "as a superuser or as the database's owner" in hint, hint
+        # Its owner may (a restore by it writes the record): the row asks for
+        # a floor and covers nothing.
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{1}', 5)",
+              dbname="owned", user="owner")
+        assert s.sql("SELECT covers, floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
+                     dbname="owned") == [([], None)]
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="owned", user="evil") is True
+        assert 'database "owned" was floored because its data came from another cluster (system identifier 7)' \
+            in s.log_text(), s.log_text()[-3000:]
+
+
+def test_other_sessions_temporary_tables_and_a_superusers_nulls_stop_no_floor():
+    """A role with only TEMP keeps a temporary table with a generating
+    default open in its session; a superuser's row of another server (with
+    NULLs among what it covers, as an edited dump has) makes the next ID
+    floor the database. Every role's first ID goes on; the temporary table
+    is not read."""
+    with server("checks-temp") as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("CREATE TABLE keep (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        s.sql("INSERT INTO keep DEFAULT VALUES")
+        with s.connect(user="evil") as evil, evil.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE trap (id bigint DEFAULT snowflake_nextval())")
+            cur.execute("INSERT INTO trap VALUES (DEFAULT), (9000000000000000000)")
+            s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers) VALUES (7, '{NULL,3}')")
+            for user in ("app", "postgres", "evil"):
+                assert s.one("SELECT snowflake_nextval() > 0", user=user) is True, user
+            cur.execute("INSERT INTO trap DEFAULT VALUES")
+        floors = [line for line in s.log_text().splitlines() if "was floored because" in line]
+        assert any("system identifier 7" in line for line in floors), floors
+        assert not any("pg_temp" in line or "trap" in line for line in floors), floors
+        assert "1 column(s) read" in floors[-1], floors[-1]
