@@ -151,7 +151,7 @@ class Bench:
         return float(r.stdout)
 
     # Case 2 --------------------------------------------------------------
-    def pgbench(self, script, clients, seconds):
+    def pgbench(self, script, clients, seconds, options=("-M", "prepared")):
         """Runs one pgbench; returns transactions per second. Its
         per-transaction latencies are not used: see bench/latency.c."""
         tmp = tempfile.mkdtemp(prefix="snowflake_id-pgbench-")
@@ -160,7 +160,7 @@ class Bench:
             with open(path, "w") as f:
                 f.write(script + "\n")
             cmd = [
-                f"{PG_BIN}/pgbench", "-n", "-M", "prepared", "-h", self.srv.dir, "-p", str(self.srv.port),
+                f"{PG_BIN}/pgbench", "-n", *options, "-h", self.srv.dir, "-p", str(self.srv.port),
                 "-U", "postgres", "-c", str(clients), "-j", str(clients), "-f", path, "-T", str(seconds), "postgres",
             ]  # fmt: skip
             r = subprocess.run(cmd, capture_output=True, text=True)
@@ -210,6 +210,28 @@ class Bench:
                     runs = raw[mode][c.name][n]
                     out[mode][c.name][n] = {k: median([r[k] for r in runs]) for k in runs[0]}
         return out
+
+    # Case 2c -------------------------------------------------------------
+    def connect(self):
+        """A connection per transaction, one statement each (`pgbench -C`),
+        as applications that connect per request do: the median time of a
+        whole connection, and what each call's first use in a session adds
+        to `SELECT 1`'s. Orders alternate between rounds."""
+        calls = {
+            "SELECT 1": "SELECT 1",
+            SEQ: "SELECT nextval('bench_seq')",
+            SF: "SELECT snowflake_nextval()",
+            SFU: "SELECT snowflake_uuidv7()",
+        }
+        raw = {k: [] for k in calls}
+        for rep in range(self.args.pgbench_reps):
+            order = list(calls) if rep % 2 == 0 else list(reversed(calls))
+            for name in order:
+                tps = self.pgbench(calls[name], 1, self.args.pgbench_seconds, options=("-C", "-M", "simple"))
+                raw[name].append(1000 / tps)
+            print(f"  connect: round {rep + 1}/{self.args.pgbench_reps} done", flush=True)
+        ms = {k: median(v) for k, v in raw.items()}
+        return {"ms_per_connection": ms, "extra_ms": {k: ms[k] - ms["SELECT 1"] for k in calls if k != "SELECT 1"}}
 
     # Case 3 --------------------------------------------------------------
     def fill(self):
@@ -535,6 +557,12 @@ def targets(r):
     big = [n for n in array if int(n) >= 1000]
     worst = max(array[n] / single[n] for n in big)
     out.append(("Batch of 1,000+: snowflake_nextval_array(n) as one value ≤ 0.5× single calls per ID", f"{worst:.2f}× (worst n)", worst <= 0.5))
+    if "connect" in r:
+        extra = r["connect"]["extra_ms"]
+        for name in (SF, SFU):
+            x = extra[name] - extra[SEQ]
+            out.append((f"New connection: the first {name} ≤ 0.1 ms over a sequence's first nextval() (pgbench -C)",
+                        f"{x:+.3f} ms", x <= 0.1))
     if "backfill" in r:
         t = r["backfill"]["seconds"]["bf_ordered"]
         x = t["snowflake_nextval_at(created_at)"] / t["snowflake_nextval()"]
@@ -618,6 +646,18 @@ def markdown(r):
             f"{v['index_bytes'] / 2**20:.1f} MB | {v['index_bytes'] / fill[IDENT]['index_bytes']:.2f} | "
             f"{v['table_bytes'] / 2**20:.1f} MB | {v['follow_up_seconds']:.2f} s |"
         )
+    if "connect" in r:
+        c = r["connect"]
+        lines += [
+            "",
+            "## 2c. A new connection's first call (`pgbench -C`, one client, a connection per transaction)",
+            "",
+            "| Statement | ms per connection | added to `SELECT 1` |",
+            "|---|---:|---:|",
+        ]
+        for name, ms in c["ms_per_connection"].items():
+            extra = c["extra_ms"].get(name)
+            lines.append(f"| {name} | {ms:.3f} | " + ("" if extra is None else f"{extra:+.3f} ms") + " |")
     lines += [
         "",
         "## 3b. Counting the rows of a time range (the middle tenth of the fill's span), in the filled table",
@@ -781,7 +821,8 @@ def main():
     p.add_argument("--floor-rows", type=int, default=MILLION, help="rows of each table of the floor case")
     p.add_argument("--backfill-rows", type=int, default=10 * MILLION, help="rows of the backfill case")
     p.add_argument("--backfill-reps", type=int, default=3, help="rounds of the backfill case")
-    p.add_argument("--only", nargs="+", choices=["per_call", "concurrency", "fill", "batch", "opaque", "floor", "backfill"],
+    p.add_argument("--only", nargs="+",
+                   choices=["per_call", "concurrency", "connect", "fill", "batch", "opaque", "floor", "backfill"],
                    help="run these cases and merge them into the existing results")
     p.add_argument("--latency-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-latency"),
                    help="where bench/latency.c is compiled to")
@@ -823,7 +864,7 @@ def main():
         # A key for the opaque IDs, as an operator sets one up (README:
         # outside the data directory).
         use_opaque_keys(srv, f"1 {secrets.token_hex(32)}\n")
-        cases = args.only or ["per_call", "concurrency", "fill", "batch", "opaque", "floor", "backfill"]
+        cases = args.only or ["per_call", "concurrency", "connect", "fill", "batch", "opaque", "floor", "backfill"]
         for case in cases:
             print(f"==> {case}", flush=True)
             result[case] = getattr(bench, case)()

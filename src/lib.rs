@@ -70,6 +70,7 @@ pub extern "C-unwind" fn _PG_init() {
 /// of any process), before any backend can use it: the mark from the state
 /// file, and a claim's refusal that must outlast the restart.
 fn on_shmem_created(shm: &'static shmem::Shmem) {
+    settings::share_judgement(&shm.judged);
     worker_id::start(shm);
     mark::resume::at_start(shm);
     mark::leases::at_start(shm);

@@ -14,11 +14,12 @@ use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use pgrx::pg_sys;
 use snowflake_id_core::config::{self, Config, RawSettings};
 use snowflake_id_core::generator::{Policy, MAX_LEAD_LIMIT_MS};
+use snowflake_id_core::judged::Judged;
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::{Class, Failure};
 use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use crate::pg::guc;
@@ -145,14 +146,42 @@ fn recheck_policy_problems() {
         return;
     }
     PROBLEMS_SEEN_AT.0.set(stamp);
+    let shared = judged();
+    let nothing_invalid = shared.is_some_and(|j| j.at(stamp) == Some(0));
+    let mut bits = 0;
     for (which, name) in POLICY_NAMES.iter().enumerate() {
         let from_command_line = matches!(POLICY_PROBLEM.0.borrow()[which], Some((_, false)));
-        if !from_command_line {
-            let text = guc::configured_in_files(name);
-            let problem = text.as_deref().and_then(|t| policy_text_problem(which, t));
-            set_policy_problem(which, problem, true);
+        if from_command_line {
+            continue;
         }
+        let problem = if nothing_invalid {
+            None
+        } else {
+            guc::configured_in_files(name)
+                .as_deref()
+                .and_then(|t| policy_text_problem(which, t))
+        };
+        bits |= u32::from(problem.is_some()) << which;
+        set_policy_problem(which, problem, true);
     }
+    if let (Some(j), false) = (shared, nothing_invalid) {
+        j.publish(stamp, bits);
+    }
+}
+
+/// Where every process finds what one judged of the files at a reload
+/// (shared memory; set where it is made).
+static JUDGED: AtomicPtr<Judged> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Shares the judgement of the configuration files through `judged`, in
+/// shared memory: call where it is made, before any backend starts.
+pub fn share_judgement(judged: &'static Judged) {
+    JUDGED.store((judged as *const Judged).cast_mut(), Ordering::Release);
+}
+
+fn judged() -> Option<&'static Judged> {
+    // SAFETY: null or shared memory that lives as long as the server.
+    unsafe { JUDGED.load(Ordering::Acquire).as_ref() }
 }
 
 #[pgrx::pg_guard]

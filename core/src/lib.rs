@@ -19,6 +19,7 @@
 //! - [`backfill`]: IDs for past times: what was handed out at which ticks, and leases of it.
 //! - [`copies`]: data from another cluster: when a database is floored, and how IDs continue.
 //! - [`floored`]: which databases a server checked for copies, in shared memory.
+//! - [`judged`]: what one process found in the configuration files at a reload, for all.
 //! - [`resume`]: where generation may resume after a start or a crash.
 //! - [`shared_text`]: text one process writes and others read, without a lock.
 
@@ -35,6 +36,7 @@ pub mod failure;
 pub mod ff1;
 pub mod floored;
 pub mod generator;
+pub mod judged;
 pub mod layout;
 pub mod mark;
 pub mod opaque;

@@ -11,7 +11,8 @@
 //! - [`counters`]: counts for the status, and the per-process slots;
 //! - the reserver's process id ([`pid::Pid`]);
 //! - the worker id generation uses ([`worker::WorkerId`]);
-//! - the databases checked for copies since start (`snowflake_id_core::floored::Checked`).
+//! - the databases checked for copies since start (`snowflake_id_core::floored::Checked`);
+//! - what one process judged of the configuration files at a reload (`snowflake_id_core::judged::Judged`).
 //!
 //! What runs when the region is first made is handed in by `lib.rs`: this
 //! layer knows no part's meaning beyond its own fields.
@@ -43,6 +44,7 @@ pub struct Shmem {
     pub worker: worker::WorkerId,
     pub counters: Counters,
     pub floored: snowflake_id_core::floored::Checked,
+    pub judged: snowflake_id_core::judged::Judged,
     started_at_ms: AtomicI64,
     /// The instant generation treats as now until the clock reaches it: the
     /// time of copied IDs a floor found ahead of this server's clock (0: none).
@@ -183,6 +185,7 @@ impl Shmem {
             worker: worker::WorkerId::new(),
             counters: Counters::default(),
             floored: Default::default(),
+            judged: Default::default(),
             started_at_ms: AtomicI64::new(now_ms()),
             continue_from_ms: AtomicI64::new(0),
             slot_count,
