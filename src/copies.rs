@@ -7,7 +7,7 @@
 //! table at its first ID. What counts as a change: rows written into a
 //! record of floors (the record's guard tells, at commit), a
 //! subscription's tables changing state (every process hears it from the
-//! catalog's invalidations, at commit), a database made or dropped. A
+//! catalog's invalidations, at commit); a database dropped is forgotten. A
 //! backend that has taken IDs compares the generation of changes at each
 //! ID, so a dump restored into a database in use is checked before the
 //! next ID of every session.
@@ -54,6 +54,7 @@ use snowflake_id_core::layout::Layout;
 use snowflake_id_core::timefmt::format_instant;
 use snowflake_id_core::{uuid, Class, Failure};
 use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
 /// The generation of changes at which this backend last found its
@@ -65,6 +66,11 @@ static CHANGING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 /// Whether this process is writing the extension's own row of the record
 /// (a floor's, which changes no decision).
 static WRITING_OWN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+/// Whether this process's transaction added rows to a record of floors
+/// (which two-phase commit would make visible after the change is heard).
+static RECORD_WRITTEN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+/// The database this process's transaction floored (0: none).
+static FLOORED_HERE: ProcessLocal<Cell<u32>> = ProcessLocal(Cell::new(0));
 
 /// Whether this backend's database needs no check before its next ID (one
 /// load: the quick path asks).
@@ -313,7 +319,7 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         let mut finished = Vec::new();
         for row in client.select(
             "SELECT srsubid, srrelid, srsublsn::pg_catalog.text FROM pg_catalog.pg_subscription_rel
-             WHERE srsubstate IN ('s', 'r')",
+             WHERE srsubstate IN ('f', 's', 'r')",
             None,
             &[],
         )? {
@@ -385,10 +391,17 @@ fn write_record(me: i64, covers: &[i64], copies: Option<u64>, floor: Option<i64>
 /// next write sets it again, and a change counted too often costs one
 /// read of the record, never a floor missed).
 fn own_write<R>(write: impl FnOnce() -> R) -> R {
+    /// Cleared however the write ends (an error caught by a PL/pgSQL
+    /// block around the caller included).
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            WRITING_OWN.0.set(false);
+        }
+    }
     WRITING_OWN.0.set(true);
-    let r = write();
-    WRITING_OWN.0.set(false);
-    r
+    let _clear = Clear;
+    write()
 }
 
 /// Floors this database before this backend's next ID, if its data came
@@ -408,29 +421,57 @@ pub fn floor_if_copied(
         SEEN.0.set(generation);
         return Ok(());
     }
+    if process::snapshot_bound_writer() {
+        // Its statements read the transaction's snapshot, which may predate
+        // what changed: a check from there could miss a restore.
+        return Err(Failure::new(
+            Class::SerializationFailure,
+            format!(
+                "could not serialize access: whether database \"{}\" holds copied IDs changed during this transaction",
+                database_name()
+            ),
+        )
+        .detail("A repeatable-read or serializable transaction that has written cannot read what was restored or copied since it began, and the next ID must be above it.")
+        .hint("Retry the transaction."));
+    }
     let me = xlog::origin().0 as i64;
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let Some(oid) = record() else {
             return Err(not_updated());
         };
-        let (rows, copies_now) = read_record();
+        // The newest data, not the caller's snapshot: a restore that
+        // committed after the caller's statement (or repeatable-read
+        // transaction) began is what the check is for.
+        let (rows, copies_now) = spi::with_latest_snapshot(read_record);
         if copies::floor_needed(me, &rows, copies_now).is_none() {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         }
-        // One floor at a time in a database; the next reads the record the
-        // first wrote, once the first's transaction has ended, unless the
-        // first's note says so already.
-        lock::relation(oid, lock::Mode::ShareUpdateExclusive);
-        if shm.floored.is_checked(db, generation) {
-            return Ok(());
-        }
-        let (rows, copies_now) = read_record();
-        let Some(why) = copies::floor_needed(me, &rows, copies_now) else {
-            continue_from_record(shm, cfg, me, &rows);
-            return Ok(());
-        };
-        floor(shm, cfg, lim, standby_wait_ms, me, &rows, copies_now, &why)
+        // One floor at a time in a database; the others wait for it alone
+        // (a session lock, released when the floor ends, not when its
+        // caller's transaction does), then find the database checked.
+        lock::relation_during(
+            oid,
+            lock::Mode::ShareUpdateExclusive,
+            AssertUnwindSafe(|| {
+                if shm.floored.is_checked(db, generation) {
+                    return Ok(());
+                }
+                let (rows, copies_now) = spi::with_latest_snapshot(read_record);
+                let Some(why) = copies::floor_needed(me, &rows, copies_now) else {
+                    continue_from_record(shm, cfg, me, &rows);
+                    return Ok(());
+                };
+                spi::with_latest_snapshot(|| {
+                    floor(shm, cfg, lim, standby_wait_ms, me, &rows, copies_now, &why)
+                })?;
+                shm.floored.note(db, generation);
+                // Its row of the record goes with this transaction: an
+                // abort makes the next ID floor again.
+                FLOORED_HERE.0.set(db);
+                Ok(())
+            }),
+        )
     })?;
     shm.floored.note(db, generation);
     SEEN.0.set(generation);
@@ -684,10 +725,10 @@ pub fn before_subscription_change() {
     });
 }
 
-/// A database made or dropped: its OID may be another's later.
-pub fn databases_changed() {
+/// A database dropped: its OID may be another's later.
+pub fn database_dropped(db: pg_sys::Oid) {
     if let Some(shm) = crate::shmem::get() {
-        shm.floored.changed();
+        shm.floored.forget(db.to_u32());
     }
 }
 
@@ -701,6 +742,7 @@ pub fn record_written() {
     if let Some(shm) = crate::shmem::get() {
         shm.floored.changed();
         CHANGING.0.set(true);
+        RECORD_WRITTEN.0.set(true);
     }
 }
 
@@ -744,16 +786,35 @@ unsafe extern "C-unwind" fn at_transaction_end(
 ) {
     use pg_sys::XactEvent::*;
     match event {
-        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE
-            if CHANGING.0.replace(false) =>
-        {
-            if let Some(shm) = crate::shmem::get() {
-                shm.floored.changed();
+        XACT_EVENT_PRE_PREPARE if RECORD_WRITTEN.0.get() => {
+            // Its rows would become visible at COMMIT PREPARED, which no
+            // session of this server hears of: sessions would not check again.
+            pgrx::ereport!(
+                PgLogLevel::ERROR,
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                "cannot prepare a transaction that added rows to snowflake_id.snowflake_floors",
+                "Restore the record of floors in a transaction committed as usual."
+            );
+        }
+        XACT_EVENT_COMMIT | XACT_EVENT_PARALLEL_COMMIT | XACT_EVENT_PREPARE => {
+            FLOORED_HERE.0.set(0);
+            RECORD_WRITTEN.0.set(false);
+            if CHANGING.0.replace(false) {
+                if let Some(shm) = crate::shmem::get() {
+                    shm.floored.changed();
+                }
             }
         }
         XACT_EVENT_ABORT | XACT_EVENT_PARALLEL_ABORT => {
             CHANGING.0.set(false);
             WRITING_OWN.0.set(false);
+            RECORD_WRITTEN.0.set(false);
+            let db = FLOORED_HERE.0.replace(0);
+            if db != 0 {
+                if let Some(shm) = crate::shmem::get() {
+                    shm.floored.uncheck(db);
+                }
+            }
         }
         _ => {}
     }

@@ -294,6 +294,7 @@ mod tests {
                 "snowflake_convert(regclass,name,boolean,boolean,boolean) v1u",
                 "snowflake_decode(bigint) s1s",
                 "snowflake_decode(bigint,text) i1s",
+                "snowflake_floors_written() v0u",
                 "snowflake_from_opaque(text) s1r",
                 "snowflake_from_opaque_or_null(text) s1r",
                 "snowflake_from_text(text,text) i1s",

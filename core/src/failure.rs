@@ -43,6 +43,8 @@ pub enum Class {
     DependentObjects,
     /// 55P03 lock_not_available.
     LockNotAvailable,
+    /// 40001 serialization_failure: the transaction must be retried.
+    SerializationFailure,
     /// 01000 warning: not a failure yet, reported at WARNING level.
     Warning,
 }
@@ -68,11 +70,12 @@ impl Class {
             Class::NotSupported => "0A000",
             Class::DependentObjects => "2BP01",
             Class::LockNotAvailable => "55P03",
+            Class::SerializationFailure => "40001",
             Class::Warning => "01000",
         }
     }
 
-    const ALL: [Class; 18] = [
+    const ALL: [Class; 19] = [
         Class::NotReady,
         Class::InvalidParameter,
         Class::IdOutOfRange,
@@ -90,6 +93,7 @@ impl Class {
         Class::NotSupported,
         Class::DependentObjects,
         Class::LockNotAvailable,
+        Class::SerializationFailure,
         Class::Warning,
     ];
 

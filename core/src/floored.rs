@@ -3,7 +3,8 @@
 //!
 //! One number, the generation, moves whenever what decides a database's
 //! floor may have changed: rows written into a record of floors, a
-//! subscription's tables changing state, a database made or dropped. A
+//! subscription's tables changing state (a database dropped is forgotten
+//! alone: a later one may take its OID). A
 //! database checked at the current generation needs no check; any other
 //! is checked by its next session, which reads the generation before it
 //! reads anything, so that a change during its check leaves the database
@@ -11,9 +12,9 @@
 //! it last saw and compares it at each ID (one load of a line that moves
 //! only on such changes).
 //!
-//! A slot belongs to one database for the life of the shared memory
-//! (taken once, never given to another), so a reader never mistakes one
-//! database's check for another's; a server with more databases than slots
+//! A slot belongs to one database until it is dropped (its check cleared
+//! before the slot is freed), so a reader never mistakes one database's
+//! check for another's; a server with more databases than slots
 //! checks the others at each session's first ID, as if nothing were kept.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -64,6 +65,36 @@ impl Checked {
                 .is_some_and(|(_, at)| at.load(Ordering::Acquire) == generation)
     }
 
+    /// Clears database `db`'s check, keeping its slot (a floor whose
+    /// transaction aborted: its row of the record is gone).
+    pub fn uncheck(&self, db: u32) {
+        for (_, at) in self
+            .slots
+            .iter()
+            .filter(|(d, _)| db != 0 && d.load(Ordering::Acquire) == db)
+        {
+            at.store(0, Ordering::Release);
+        }
+    }
+
+    /// Forgets database `db` and frees its slot: a database dropped (no
+    /// session of it is left to note it again; a later one may take its
+    /// OID).
+    pub fn forget(&self, db: u32) {
+        // Every slot of it (a note racing a drop of another database can
+        // give one database two).
+        for (d, at) in self
+            .slots
+            .iter()
+            .filter(|(d, _)| db != 0 && d.load(Ordering::Acquire) == db)
+        {
+            // The check first: a database that takes the slot next never
+            // finds one that was not its own.
+            at.store(0, Ordering::Release);
+            d.store(0, Ordering::Release);
+        }
+    }
+
     /// Notes that database `db` was checked (and floored if it needed to
     /// be) by a check that began at `generation`. A later check's note is
     /// never overwritten by an earlier one's.
@@ -71,13 +102,23 @@ impl Checked {
         if db == 0 {
             return;
         }
-        let slot = self.slots.iter().find(|(d, _)| {
-            let now = d.load(Ordering::Acquire);
-            now == db
-                || (now == 0
-                    && d.compare_exchange(0, db, Ordering::AcqRel, Ordering::Acquire)
-                        .map_or_else(|other| other == db, |_| true))
-        });
+        // Its own slot wherever it is, before a free one (freed slots lie
+        // anywhere).
+        let slot = self
+            .slots
+            .iter()
+            .find(|(d, _)| d.load(Ordering::Acquire) == db)
+            .or_else(|| {
+                // Another process may take a free slot for the same
+                // database meanwhile: that one is its own.
+                self.slots.iter().find(|(d, _)| {
+                    let now = d.load(Ordering::Acquire);
+                    now == db
+                        || (now == 0
+                            && d.compare_exchange(0, db, Ordering::AcqRel, Ordering::Acquire)
+                                .map_or_else(|other| other == db, |_| true))
+                })
+            });
         if let Some((_, at)) = slot {
             at.fetch_max(generation, Ordering::AcqRel);
         }
@@ -101,6 +142,28 @@ mod tests {
         assert!(!c.is_checked(5, c.generation()));
         c.note(5, c.generation());
         assert!(c.is_checked(5, c.generation()));
+    }
+
+    #[test]
+    fn a_dropped_database_is_forgotten_alone() {
+        let c = Checked::default();
+        let g = c.generation();
+        c.note(5, g);
+        c.note(6, g);
+        c.forget(5);
+        assert!(!c.is_checked(5, g) && c.is_checked(6, g));
+        // Its slot is free again: another database takes it, and 6 keeps one.
+        c.note(7, g);
+        c.note(6, g);
+        let held = |db: u32| {
+            c.slots
+                .iter()
+                .filter(|(d, _)| d.load(Ordering::Relaxed) == db)
+                .count()
+        };
+        assert_eq!((held(5), held(6), held(7)), (0, 1, 1));
+        c.note(5, g);
+        assert!(c.is_checked(5, g));
     }
 
     #[test]

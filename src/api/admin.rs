@@ -66,9 +66,9 @@ fn snowflake_resume_above_everything() -> String {
         .or_raise()
 }
 
-/// The record of floors' statement trigger: rows were added (a restore, an
-/// operator, replication), so every database checks again before its next
-/// ID (see `copies`). Only a trigger can call it.
+/// The record of floors' trigger after each row its guard let in (a
+/// restore's, an operator's, replication's): every database checks again
+/// before its next ID (see `copies`). Only a trigger can call it.
 #[pg_trigger]
 fn snowflake_floors_written<'a>(
     _trigger: &'a PgTrigger<'a>,

@@ -42,12 +42,6 @@ impl<'a> Statement<'a> {
         self.is(pg_sys::NodeTag::T_DropdbStmt)
     }
 
-    /// Whether it makes or drops a database (whose OID a later one may
-    /// take again).
-    pub fn makes_or_drops_database(&self) -> bool {
-        self.is(pg_sys::NodeTag::T_CreatedbStmt) || self.drops_database()
-    }
-
     /// Whether it is `DROP SUBSCRIPTION` or `ALTER SUBSCRIPTION`, which may
     /// remove the catalog's rows of the tables a subscription copied.
     pub fn changes_subscription(&self) -> bool {

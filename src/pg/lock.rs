@@ -35,6 +35,33 @@ pub fn relation(oid: pg_sys::Oid, mode: Mode) {
     unsafe { pg_sys::LockRelationOid(oid, mode.lockmode()) }
 }
 
+/// Runs `f` holding relation `oid` (of this database) locked in `mode` for
+/// the session, not the transaction: released when `f` returns or raises,
+/// so that sessions waiting for it wait for `f` alone, never for the rest
+/// of its caller's transaction (which a role may leave open for ever).
+pub fn relation_during<R>(
+    oid: pg_sys::Oid,
+    mode: Mode,
+    f: impl FnOnce() -> R + std::panic::UnwindSafe,
+) -> R {
+    let lockmode = mode.lockmode();
+    let mut id = pg_sys::LockRelId {
+        relId: oid,
+        // SAFETY: a plain read of this backend's database.
+        dbId: unsafe { pg_sys::MyDatabaseId },
+    };
+    // SAFETY: a session lock on a relation of this database, released
+    // below however `f` ends (an abort does not release session locks).
+    unsafe { pg_sys::LockRelationIdForSession(&mut id, lockmode) };
+    pgrx::PgTryBuilder::new(f)
+        .finally(move || {
+            let mut id = id;
+            // SAFETY: the lock taken above, held by this session.
+            unsafe { pg_sys::UnlockRelationIdForSession(&mut id, lockmode) }
+        })
+        .execute()
+}
+
 /// Locks relation `oid` in `mode` if no one holds a conflicting lock;
 /// whether it did.
 pub fn relation_if_free(oid: pg_sys::Oid, mode: Mode) -> bool {

@@ -44,6 +44,19 @@ pub fn execute(statement: &str) -> i32 {
     }))
 }
 
+/// Runs `f` with the newest committed data as its active snapshot, for
+/// read-only statements that must see what committed after the caller's
+/// statement (or repeatable-read transaction) began.
+pub fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: a snapshot pushed and popped around `f`; an error inside
+    // unwinds to an abort, which clears the stack of active snapshots.
+    unsafe { pgrx::pg_sys::PushActiveSnapshot(pgrx::pg_sys::GetLatestSnapshot()) };
+    let r = f();
+    // SAFETY: pops the snapshot pushed above.
+    unsafe { pgrx::pg_sys::PopActiveSnapshot() };
+    r
+}
+
 /// The `int8` in the first column of the first row of `query` (in the
 /// database's encoding), read from the newest committed data, not the
 /// transaction's snapshot; `Some(None)` where there is no row or it is

@@ -16,6 +16,8 @@ column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
 
 import os
 
+import psycopg2
+
 from copies import NEW_HERE, CLOCK_BEHIND_S, SCHEMA, a_second_past_the_last_id, check_copy, copy_floors, fill
 from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers
 
@@ -154,7 +156,7 @@ def test_a_data_only_restore_into_a_database_in_use_floors_its_open_sessions():
     """pg_restore --data-only into a database whose sessions already take
     IDs (a pool's): the record's rows the restore writes make every session
     check again before its next ID once the restore commits, the sessions
-    already open included."""
+    already open included, in a transaction whose snapshot predates it."""
     with servers() as made:
         a, data = original(made, "dataonly-a")
         b = copy_target(made, "dataonly-b")
@@ -162,14 +164,34 @@ def test_a_data_only_restore_into_a_database_in_use_floors_its_open_sessions():
         dump = os.path.join(b.dir, "a.dump")
         shell(f"{PG_BIN}/pg_dump -Fc --data-only {conn_args(a)} -d postgres -f {dump}")
         a.stop()
-        with b.connect() as conn, conn.cursor() as cur:
-            cur.execute("SELECT snowflake_nextval()")
-            before = cur.fetchone()[0]
-            assert before < data["top"], "the case is not made: the copy's IDs are below this server's"
-            shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
-                  f" --exit-on-error {dump}")
-            cur.execute("SELECT snowflake_nextval()")
-            after = cur.fetchone()[0]
+        before = b.one("SELECT snowflake_nextval()")
+        assert before < data["top"], "the case is not made: the copy's IDs are below this server's"
+        # Two sessions inside repeatable-read transactions that began before
+        # the restore: one has only read (the check reads the newest data,
+        # not its snapshot), one has written (its statements can read only
+        # its snapshot: it is refused, to be retried).
+        reader = b.connect(autocommit=False)
+        writer = b.connect(autocommit=False)
+        for conn in (reader, writer):
+            conn.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rcur, wcur = reader.cursor(), writer.cursor()
+        rcur.execute("SELECT count(*) FROM t")
+        rows = rcur.fetchone()[0]
+        wcur.execute("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -2)")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
+              f" --exit-on-error {dump}")
+        # The writer asks first: nobody has checked the database since.
+        try:
+            wcur.execute("SELECT snowflake_nextval()")
+            raise AssertionError("a repeatable-read transaction that wrote took an ID after the restore")
+        except psycopg2.Error as e:
+            assert e.pgcode == "40001" and e.diag.message_hint == "Retry the transaction.", e
+        rcur.execute("SELECT snowflake_nextval(), (SELECT count(*) FROM t)")
+        after, rows_after = rcur.fetchone()
+        assert rows_after == rows, "the case is not made: the transaction sees the restored rows"
+        for conn in (reader, writer):
+            conn.rollback()
+            conn.close()
         assert after > data["top"], f"an open session issued {after}, below the restored {data['top']}"
         check_copy(b, data, what="a data-only restore into a database in use")
 

@@ -7,14 +7,19 @@ Whether a session read a table is told by a lock, not by a time: while a
 superuser holds the record of floors locked, a session whose first ID read
 it would wait, and with `lock_timeout` set it fails at once (55P03)."""
 
-from harness import server
+import psycopg2
+from harness import pg_major, server
 
 NO_WAIT = "SET lock_timeout = 1; "
 
 
 def held(s):
     """A session holding the record of floors locked against every read."""
-    conn = s.connect(autocommit=False)
+    return held_in(s, "postgres")
+
+
+def held_in(s, dbname):
+    conn = s.connect(dbname=dbname, autocommit=False)
     conn.cursor().execute("LOCK TABLE snowflake_id.snowflake_floors IN ACCESS EXCLUSIVE MODE")
     return conn
 
@@ -34,13 +39,31 @@ def test_a_new_sessions_first_id_reads_no_table_once_its_database_was_checked():
         with held(s):
             for user in ("postgres", "app", "app"):
                 assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", user=user) is True
-        # Another database is checked on its own (a database made or dropped
-        # has every database checked again once: its OID may be reused).
+        # Another database is checked on its own; databases made and dropped
+        # beside it change nothing for it.
         s.sql("CREATE DATABASE other")
         s.sql("CREATE EXTENSION snowflake_id", dbname="other")
         assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
+        s.sql("CREATE DATABASE gone")
+        s.sql("DROP DATABASE gone")
         with held(s):
-            assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", dbname="other", user="app") is True
+            for db in ("postgres", "other"):
+                assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", dbname=db, user="app") is True, db
+        # An INSERT of no rows into the record, which any role may run,
+        # makes no database check again.
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) SELECT 7 WHERE false", user="app")
+        with held(s):
+            assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", user="app") is True
+        # A dropped database's OID taken again is checked again (the
+        # database made here is new to the server).
+        dropped = s.one("SELECT oid FROM pg_database WHERE datname = 'other'")
+        s.sql("DROP DATABASE other")
+        if pg_major() >= 15:  # CREATE DATABASE ... OID came with 15
+            s.sql(f"CREATE DATABASE other OID {dropped}")
+            s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+            with held_in(s, "other"):
+                code, _, _ = s.error(NO_WAIT + "SELECT snowflake_nextval()", dbname="other")
+                assert code == "55P03", code
 
 
 def test_no_role_but_a_superuser_or_the_databases_owner_adds_rows_to_the_record():
@@ -87,3 +110,34 @@ def test_other_sessions_temporary_tables_and_a_superusers_nulls_stop_no_floor():
         assert any("system identifier 7" in line for line in floors), floors
         assert not any("pg_temp" in line or "trap" in line for line in floors), floors
         assert "1 column(s) read" in floors[-1], floors[-1]
+
+
+def test_a_floor_holds_no_one_for_its_callers_transaction_and_an_aborted_one_floors_again():
+    """The session that floors a database may leave its transaction open
+    (any role may: BEGIN; SELECT snowflake_nextval();): sessions that start
+    meanwhile take their IDs at once. A floor whose transaction rolled back
+    lost its row of the record: the next session floors again. A
+    transaction that added rows to the record cannot be prepared (its rows
+    would become visible where no session hears of them)."""
+    with server("checks-held", conf={"max_prepared_transactions": 2}) as s:
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (7)")
+        with s.connect(user="app", autocommit=False) as floorer, floorer.cursor() as cur:
+            cur.execute("SELECT snowflake_nextval()")
+            assert s.one(NO_WAIT + "SELECT snowflake_nextval() > 0", user="app") is True
+            floorer.rollback()
+        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE floor IS NOT NULL"
+                     " OR covers <> '{}'") == 0
+        assert s.one("SELECT snowflake_nextval() > 0", user="app") is True
+        floors = [line for line in s.log_text().splitlines()
+                  if "was floored because" in line and "system identifier 7" in line]
+        assert len(floors) == 2, floors
+        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE covers = '{7}'") == 1
+        with s.connect(autocommit=False) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (8)")
+            try:
+                cur.execute("PREPARE TRANSACTION 'restore'")
+                raise AssertionError("a transaction that wrote the record was prepared")
+            except psycopg2.Error as e:
+                assert e.pgcode == "0A000", e
+                conn.rollback()

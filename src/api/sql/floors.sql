@@ -85,9 +85,10 @@ ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_guard_truncate;
 -- Rows added by anyone but the extension's floor (a restore, an operator,
 -- replication): every database of the server checks again before its next
--- ID, once the statement's transaction commits.
+-- ID, once the statement's transaction commits. For each row the guard let
+-- in, not for each statement: an INSERT of no rows is any role's.
 CREATE TRIGGER snowflake_floors_written AFTER INSERT ON snowflake_id.snowflake_floors
-    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.snowflake_floors_written();
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.snowflake_floors_written();
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_written;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_floors_written() FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');

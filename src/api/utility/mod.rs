@@ -5,7 +5,7 @@
 //! `DISCARD ALL` / `DISCARD SEQUENCES` forget `snowflake_lastval()`, as they
 //! make `lastval()` forget (a pooler's reset between clients), and the
 //! record of floors hears of copies a subscription leaves behind and of
-//! databases made or dropped (`copies`).
+//! databases dropped (`copies`).
 //!
 //! Installed last among the preloaded libraries' hooks when the library is
 //! listed after `citus`, so it runs before Citus carries a command to the
@@ -16,6 +16,7 @@ mod away;
 use crate::citus;
 use crate::copies;
 use crate::issue;
+use crate::pg::database;
 use crate::pg::ddl::Statement;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -39,14 +40,18 @@ fn around(stmt: &Statement<'_>, run: impl FnOnce() + std::panic::UnwindSafe) {
     }
     // Read before the command runs.
     let discards = stmt.discards_sequences();
-    let databases = stmt.makes_or_drops_database();
+    let dropped = stmt
+        .drops_database()
+        .then(|| stmt.database_needing_free())
+        .flatten()
+        .and_then(database::oid_by_name);
     away::around(stmt, run);
     // After the command: one refused (inside a transaction block) forgets nothing.
     if discards {
         issue::forget_last();
     }
-    if databases {
-        copies::databases_changed();
+    if let Some(db) = dropped {
+        copies::database_dropped(db);
     }
 }
 
