@@ -459,14 +459,14 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 CREATE FUNCTION @extschema@.snowflake_floors_written() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_floors_written_wrapper';
 
--- The floors made in this database: a row for every floor a server made
--- before its first ID here (a database new to it, or data from another
--- cluster), naming the servers it covered (see "Copies" in
--- docs/operators.md). It travels with the data: pg_upgrade carries the
--- table, pg_dump its rows (marked below), a publication of all tables its
--- rows. A server none of whose rows covers every row here (an empty record
--- included: the creation writes none) reads the largest ID of every column
--- whose default calls a generating function before it issues one in this
+-- The servers whose IDs this database may hold: a row for the server that
+-- created the extension here, and one for every floor a server made after
+-- the data came from another cluster, naming the servers it covered (see
+-- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
+-- carries the table, pg_dump its rows (marked below), a publication of all
+-- tables its rows. A server none of whose rows covers every row here (an
+-- empty record included) reads the largest ID of every column whose
+-- default calls a generating function before it issues one in this
 -- database.
 -- Readable by every role, as pg_dump needs (a database's owner dumps its
 -- rows with the data). Only superusers and members of the database's
@@ -552,6 +552,7 @@ CREATE TRIGGER snowflake_floors_written AFTER INSERT ON snowflake_id.snowflake_f
     FOR EACH ROW EXECUTE FUNCTION @extschema@.snowflake_floors_written();
 ALTER TABLE snowflake_id.snowflake_floors ENABLE ALWAYS TRIGGER snowflake_floors_written;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_floors_written() FROM PUBLIC;
+-- No row here: 0.1.0 kept no record, so the first ID after the update floors.
 SELECT pg_catalog.pg_extension_config_dump('snowflake_id.snowflake_floors', '');
 
 CREATE FUNCTION @extschema@.snowflake_resume_above(id uuid) RETURNS text

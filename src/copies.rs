@@ -421,19 +421,6 @@ pub fn floor_if_copied(
         SEEN.0.set(generation);
         return Ok(());
     }
-    if process::snapshot_bound_writer() {
-        // Its statements read the transaction's snapshot, which may predate
-        // what changed: a check from there could miss a restore.
-        return Err(Failure::new(
-            Class::SerializationFailure,
-            format!(
-                "could not serialize access: whether database \"{}\" holds copied IDs changed during this transaction",
-                database_name()
-            ),
-        )
-        .detail("A repeatable-read or serializable transaction that has written cannot read what was restored or copied since it began, and the next ID must be above it.")
-        .hint("Retry the transaction."));
-    }
     let me = xlog::origin().0 as i64;
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let Some(oid) = record() else {
@@ -441,7 +428,10 @@ pub fn floor_if_copied(
         };
         // The newest data, not the caller's snapshot: a restore that
         // committed after the caller's statement (or repeatable-read
-        // transaction) began is what the check is for.
+        // transaction) began is what the check is for. (Once the
+        // transaction has written, SPI reads with its snapshot whatever is
+        // active: a repeatable-read writer's check can miss such a restore;
+        // the next session's does not.)
         let (rows, copies_now) = spi::with_latest_snapshot(read_record);
         if copies::floor_needed(me, &rows, copies_now).is_none() {
             continue_from_record(shm, cfg, me, &rows);
@@ -736,7 +726,10 @@ pub fn database_dropped(db: pg_sys::Oid) {
 /// own floor: the generation moves when the transaction commits (and now,
 /// so that a check running meanwhile does not count for after it).
 pub fn record_written() {
-    if WRITING_OWN.0.get() {
+    // The extension's creation writes its server's row, which changes no
+    // decision either.
+    // SAFETY: a plain read of this backend's state.
+    if WRITING_OWN.0.get() || unsafe { pg_sys::creating_extension } {
         return;
     }
     if let Some(shm) = crate::shmem::get() {

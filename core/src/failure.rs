@@ -43,8 +43,6 @@ pub enum Class {
     DependentObjects,
     /// 55P03 lock_not_available.
     LockNotAvailable,
-    /// 40001 serialization_failure: the transaction must be retried.
-    SerializationFailure,
     /// 01000 warning: not a failure yet, reported at WARNING level.
     Warning,
 }
@@ -70,12 +68,11 @@ impl Class {
             Class::NotSupported => "0A000",
             Class::DependentObjects => "2BP01",
             Class::LockNotAvailable => "55P03",
-            Class::SerializationFailure => "40001",
             Class::Warning => "01000",
         }
     }
 
-    const ALL: [Class; 19] = [
+    const ALL: [Class; 18] = [
         Class::NotReady,
         Class::InvalidParameter,
         Class::IdOutOfRange,
@@ -93,7 +90,6 @@ impl Class {
         Class::NotSupported,
         Class::DependentObjects,
         Class::LockNotAvailable,
-        Class::SerializationFailure,
         Class::Warning,
     ];
 

@@ -24,7 +24,6 @@ fn code(class: Class) -> PgSqlErrorCode {
         Class::NotSupported => ERRCODE_FEATURE_NOT_SUPPORTED,
         Class::DependentObjects => ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST,
         Class::LockNotAvailable => ERRCODE_LOCK_NOT_AVAILABLE,
-        Class::SerializationFailure => ERRCODE_T_R_SERIALIZATION_FAILURE,
         Class::Warning => ERRCODE_WARNING,
     }
 }

@@ -114,14 +114,3 @@ pub fn at_exit(callback: unsafe extern "C-unwind" fn(i32, pgrx::pg_sys::Datum), 
     // once, with `arg`, as the process exits.
     unsafe { pgrx::pg_sys::before_shmem_exit(Some(callback), pgrx::pg_sys::Datum::from(arg)) };
 }
-
-/// Whether this transaction reads one snapshot throughout (repeatable read,
-/// serializable) and has written: its SPI statements then run with that
-/// snapshot, whatever snapshot is active.
-pub fn snapshot_bound_writer() -> bool {
-    // SAFETY: plain reads of this backend's transaction state.
-    unsafe {
-        pgrx::pg_sys::XactIsoLevel >= pgrx::pg_sys::XACT_REPEATABLE_READ as i32
-            && pgrx::pg_sys::GetCurrentTransactionIdIfAny() != pgrx::pg_sys::InvalidTransactionId
-    }
-}
