@@ -318,8 +318,15 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
     spi::ok(Spi::connect(|client| {
         let mut finished = Vec::new();
         for row in client.select(
-            "SELECT srsubid, srrelid, srsublsn::pg_catalog.text FROM pg_catalog.pg_subscription_rel
-             WHERE srsubstate IN ('f', 's', 'r')",
+            // Citus's own subscriptions move shards between the nodes of
+            // one cluster, whose IDs are its own (their names: Citus's
+            // multi_logical_replication.c).
+            "SELECT r.srsubid, r.srrelid, r.srsublsn::pg_catalog.text
+             FROM pg_catalog.pg_subscription_rel r
+             JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) r.srsubid
+             WHERE r.srsubstate IN ('f', 's', 'r')
+               AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_move_subscription_')
+               AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_split_subscription_')",
             None,
             &[],
         )? {
