@@ -57,22 +57,22 @@ impl Checked {
 
     /// Whether database `db` was checked at generation `generation`.
     pub fn is_checked(&self, db: u32, generation: u64) -> bool {
-        db != 0
-            && self
-                .slots
-                .iter()
-                .find(|(d, _)| d.load(Ordering::Acquire) == db)
-                .is_some_and(|(_, at)| at.load(Ordering::Acquire) == generation)
+        self.slots_of(db)
+            .next()
+            .is_some_and(|(_, at)| at.load(Ordering::Acquire) == generation)
+    }
+
+    /// The slots database `db` holds (none for 0, which no database is).
+    fn slots_of(&self, db: u32) -> impl Iterator<Item = &(AtomicU32, AtomicU64)> {
+        self.slots
+            .iter()
+            .filter(move |(d, _)| db != 0 && d.load(Ordering::Acquire) == db)
     }
 
     /// Clears database `db`'s check, keeping its slot (a floor whose
     /// transaction aborted: its row of the record is gone).
     pub fn uncheck(&self, db: u32) {
-        for (_, at) in self
-            .slots
-            .iter()
-            .filter(|(d, _)| db != 0 && d.load(Ordering::Acquire) == db)
-        {
+        for (_, at) in self.slots_of(db) {
             at.store(0, Ordering::Release);
         }
     }
@@ -83,11 +83,7 @@ impl Checked {
     pub fn forget(&self, db: u32) {
         // Every slot of it (a note racing a drop of another database can
         // give one database two).
-        for (d, at) in self
-            .slots
-            .iter()
-            .filter(|(d, _)| db != 0 && d.load(Ordering::Acquire) == db)
-        {
+        for (d, at) in self.slots_of(db) {
             // The check first: a database that takes the slot next never
             // finds one that was not its own.
             at.store(0, Ordering::Release);
@@ -104,21 +100,17 @@ impl Checked {
         }
         // Its own slot wherever it is, before a free one (freed slots lie
         // anywhere).
-        let slot = self
-            .slots
-            .iter()
-            .find(|(d, _)| d.load(Ordering::Acquire) == db)
-            .or_else(|| {
-                // Another process may take a free slot for the same
-                // database meanwhile: that one is its own.
-                self.slots.iter().find(|(d, _)| {
-                    let now = d.load(Ordering::Acquire);
-                    now == db
-                        || (now == 0
-                            && d.compare_exchange(0, db, Ordering::AcqRel, Ordering::Acquire)
-                                .map_or_else(|other| other == db, |_| true))
-                })
-            });
+        let slot = self.slots_of(db).next().or_else(|| {
+            // Another process may take a free slot for the same
+            // database meanwhile: that one is its own.
+            self.slots.iter().find(|(d, _)| {
+                let now = d.load(Ordering::Acquire);
+                now == db
+                    || (now == 0
+                        && d.compare_exchange(0, db, Ordering::AcqRel, Ordering::Acquire)
+                            .map_or_else(|other| other == db, |_| true))
+            })
+        });
         if let Some((_, at)) = slot {
             at.fetch_max(generation, Ordering::AcqRel);
         }
