@@ -101,19 +101,26 @@ def test_pg_dumpall_replayed_with_psql_is_floored_by_the_extension():
         check_copy(b, data, what="pg_dumpall | psql")
 
 
+def subscribed_copy(made, name):
+    """An original publishing its tables and a copy's server subscribed to
+    them, the initial copy ended; the copy's server took one ID before the
+    copy (made here: it reads no data). Returns (original, its data, copy)."""
+    a, data = original(made, f"{name}-a", conf={"wal_level": "logical"})
+    a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
+    b = copy_target(made, f"{name}-b")
+    b.sql(SCHEMA)
+    b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
+    assert "was floored because" not in b.log_text()
+    b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
+          " PUBLICATION pub")
+    b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
+               what="the initial copy did not end")
+    return a, data, b
+
+
 def test_a_logical_initial_copy_is_floored_by_the_extension():
     with servers() as made:
-        a, data = original(made, "logical-a", conf={"wal_level": "logical"})
-        a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
-        b = copy_target(made, "logical-b")
-        b.sql(SCHEMA)
-        # Made here, before any copy: its first ID reads no data.
-        b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
-        assert "was floored because" not in b.log_text()
-        b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
-              " PUBLICATION pub")
-        b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
-                   what="the initial copy did not end")
+        a, data, b = subscribed_copy(made, "logical")
         assert b.one("SELECT count(*) FROM ev") == data_rows(a, "ev")
         # The cut-over: the original stops, the copy takes the writes.
         b.sql("ALTER SUBSCRIPTION sub DISABLE")
@@ -128,16 +135,7 @@ def test_a_logical_copy_cut_over_with_drop_subscription_is_floored_through_a_cra
     of the tables it copied), then a crash before that ID. The record was
     told before the drop, in the drop's own transaction."""
     with servers() as made:
-        a, data = original(made, "logical-drop-a", conf={"wal_level": "logical"})
-        a.sql("CREATE PUBLICATION pub FOR TABLE t, ev, u, p")
-        b = copy_target(made, "logical-drop-b")
-        b.sql(SCHEMA)
-        # Taken before the copy.
-        b.sql("INSERT INTO app_made (ref, n) VALUES (snowflake_nextval(), -1)")
-        b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
-              " PUBLICATION pub")
-        b.wait_for("SELECT count(*) = 5 AND bool_and(srsubstate = 'r') FROM pg_subscription_rel", timeout=120,
-                   what="the initial copy did not end")
+        a, data, b = subscribed_copy(made, "logical-drop")
         b.sql("DROP SUBSCRIPTION sub")
         a.stop()
         assert b.one("SELECT count(*) FROM pg_subscription_rel") == 0
@@ -146,38 +144,6 @@ def test_a_logical_copy_cut_over_with_drop_subscription_is_floored_through_a_cra
         b.start()
         check_copy(b, data, what="a logical copy cut over with DROP SUBSCRIPTION")
         assert any("dropped or changed before a floor" in line for line in copy_floors(b)), copy_floors(b)
-
-
-def test_a_data_only_restore_into_a_database_in_use_floors_its_open_sessions():
-    """pg_restore --data-only into a database whose sessions already take
-    IDs (a pool's): the record's rows the restore writes make every session
-    check again before its next ID once the restore commits, the sessions
-    already open included, in a transaction whose snapshot predates it."""
-    with servers() as made:
-        a, data = original(made, "dataonly-a")
-        b = copy_target(made, "dataonly-b")
-        b.sql(SCHEMA)
-        dump = os.path.join(b.dir, "a.dump")
-        shell(f"{PG_BIN}/pg_dump -Fc --data-only {conn_args(a)} -d postgres -f {dump}")
-        a.stop()
-        before = b.one("SELECT snowflake_nextval()")
-        assert before < data["top"], "the case is not made: the copy's IDs are below this server's"
-        # A session inside a repeatable-read transaction that began before
-        # the restore: the check reads the newest data, not its snapshot.
-        reader = b.connect(autocommit=False)
-        reader.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        rcur = reader.cursor()
-        rcur.execute("SELECT count(*) FROM t")
-        rows = rcur.fetchone()[0]
-        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
-              f" --exit-on-error {dump}")
-        rcur.execute("SELECT snowflake_nextval(), (SELECT count(*) FROM t)")
-        after, rows_after = rcur.fetchone()
-        assert rows_after == rows, "the case is not made: the transaction sees the restored rows"
-        reader.rollback()
-        reader.close()
-        assert after > data["top"], f"an open session issued {after}, below the restored {data['top']}"
-        check_copy(b, data, what="a data-only restore into a database in use")
 
 
 def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
