@@ -51,7 +51,7 @@ use snowflake_id_core::config::Config;
 use snowflake_id_core::copies::{self, FloorRow};
 use snowflake_id_core::generator::Limits;
 use snowflake_id_core::layout::Layout;
-use snowflake_id_core::timefmt::format_instant;
+use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{uuid, Class, Failure};
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
@@ -79,12 +79,22 @@ pub fn checked(shm: &Shmem) -> bool {
     SEEN.0.get() == shm.floored.generation()
 }
 
+/// How a column holds IDs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bigint,
+    /// `numeric`: an ID stored as a number (values outside bigint's range
+    /// and fractions are no IDs; NaN and infinities neither).
+    Numeric,
+    Uuid,
+}
+
 /// A column that may hold IDs: where it is, and how to read its largest.
 struct Column {
     schema: String,
     table: String,
     column: String,
-    is_uuid: bool,
+    kind: Kind,
     owner: pg_sys::Oid,
 }
 
@@ -94,50 +104,74 @@ impl Column {
     }
 
     /// The statement that reads the column's values from the largest down
-    /// (bigint: only the largest), at or below `$1` if `upper`.
+    /// (numbers: only the largest, as text, of those at or above 0), at or
+    /// below `$1` if `upper`.
     fn statement(&self, upper: bool) -> String {
         // ONLY: an inheriting table is read as a table of its own.
         let rel = format!("ONLY {}.{}", ident(&self.schema), ident(&self.table));
         let col = ident(&self.column);
-        if self.is_uuid {
+        let bound = |ty: &str| {
+            if upper {
+                format!(" AND {col}::pg_catalog.{ty} OPERATOR(pg_catalog.<=) $1::pg_catalog.{ty}")
+            } else {
+                String::new()
+            }
+        };
+        match self.kind {
             // Only version 7 UUIDs can be IDs: the others are passed over in
             // the database, not here.
-            format!(
+            Kind::Uuid => format!(
                 "SELECT {col}::pg_catalog.uuid FROM {rel} WHERE {col} IS NOT NULL \
-                 AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) = '7'{} ORDER BY {col} DESC",
-                if upper {
-                    format!(" AND {col}::pg_catalog.uuid <= $1")
-                } else {
-                    String::new()
-                }
-            )
-        } else {
-            format!(
-                "SELECT pg_catalog.max({col}::pg_catalog.int8) FROM {rel}{}",
-                if upper {
-                    format!(" WHERE {col}::pg_catalog.int8 BETWEEN 0 AND $1")
-                } else {
-                    String::new()
-                }
-            )
+                 AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) OPERATOR(pg_catalog.=) '7'{} ORDER BY {col} DESC",
+                bound("uuid")
+            ),
+            Kind::Bigint => format!(
+                "SELECT pg_catalog.max({col}::pg_catalog.int8)::pg_catalog.text FROM {rel} \
+                 WHERE {col}::pg_catalog.int8 OPERATOR(pg_catalog.>=) 0{}",
+                bound("int8")
+            ),
+            // Above bigint's largest, no ID; NaN sorts above every number.
+            Kind::Numeric => format!(
+                "SELECT pg_catalog.max({col}::pg_catalog.numeric)::pg_catalog.text FROM {rel} \
+                 WHERE {col}::pg_catalog.numeric OPERATOR(pg_catalog.>=) 0 \
+                 AND {col}::pg_catalog.numeric OPERATOR(pg_catalog.<=) 9223372036854775807{}",
+                bound("numeric")
+            ),
         }
     }
 }
 
-/// The largest ID of every column that may hold them, and where it was.
+/// What the columns hold.
 struct Found {
+    /// The largest ID at or below the bound, and where it was.
     highest: Option<(i64, String)>,
+    /// The largest value of the layout above the bound, and where it was.
+    ahead: Option<(i64, String)>,
     columns: usize,
+}
+
+/// A number read as text (a bigint, or a numeric's integer part).
+fn parse_number(text: &str) -> Option<i64> {
+    text.split('.').next()?.parse().ok()
 }
 
 /// Reads the largest ID of each column (of `layout`; UUIDs that hold none
 /// are passed over), each as its table's owner; IDs above `upper` are not
-/// taken, and a bigint column that holds such a value is warned of.
+/// taken but kept apart (`ahead`): the caller decides what they mean.
 fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
-    let mut highest: Option<(i64, String)> = None;
+    let mut found = Found {
+        highest: None,
+        ahead: None,
+        columns: columns.len(),
+    };
+    fn keep(slot: &mut Option<(i64, String)>, v: i64, at: &Column) {
+        if slot.as_ref().is_none_or(|(h, _)| v > *h) {
+            *slot = Some((v, at.name()));
+        }
+    }
     for c in columns {
-        let value = role::acting_as(c.owner, || {
-            if c.is_uuid {
+        let (value, ahead) = role::acting_as(c.owner, || {
+            if c.kind == Kind::Uuid {
                 return highest_uuid(c, layout, upper);
             }
             let read = |bounded: bool| {
@@ -150,106 +184,143 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
                     client
                         .select(&c.statement(bounded), Some(1), &args)?
                         .first()
-                        .get_one::<i64>()
+                        .get_one::<String>()
                 }))
+                .as_deref()
+                .and_then(parse_number)
             };
             match read(false) {
-                Some(v) if (0..=upper).contains(&v) => Some(v),
-                None => None,
-                Some(v) => {
-                    warning!(
-                        "snowflake_id: {} holds {v}, which is no ID of {} made before {}: not taken for one",
-                        c.name(),
-                        layout.title(),
-                        format_instant(layout.decode(upper).map(|d| d.unix_ms).unwrap_or(0))
-                    );
-                    read(true)
-                }
+                Some(v) if v > upper => (read(true), Some(v)),
+                v => (v, None),
             }
         });
         if let Some(v) = value {
-            if highest.as_ref().is_none_or(|(h, _)| v > *h) {
-                highest = Some((v, c.name()));
-            }
+            keep(&mut found.highest, v, c);
+        }
+        if let Some(v) = ahead {
+            keep(&mut found.ahead, v, c);
         }
     }
-    Found {
-        highest,
-        columns: columns.len(),
-    }
+    found
 }
 
-/// The ID of the largest UUID of a column that holds one of `layout`, at
-/// or below `upper` (read from there down, through the column's index
-/// where it has one: UUIDs of other kinds above it are never read).
-fn highest_uuid(c: &Column, layout: &Layout, upper: i64) -> Option<i64> {
-    let bound = uuid::from_id(layout, upper, u128::MAX)
-        .ok()
-        .map(pgrx::Uuid::from_bytes);
-    let args = bound
-        .map(|b| vec![DatumWithOid::from(b)])
-        .unwrap_or_default();
-    spi::ok(Spi::connect(|client| {
-        let mut cursor = client.open_cursor(&c.statement(bound.is_some()), &args);
-        loop {
-            let rows = cursor.fetch(256)?;
-            if rows.is_empty() {
-                return Ok(None);
-            }
-            for row in rows {
-                if let Some(u) = row.get::<pgrx::Uuid>(1)? {
-                    match uuid::to_id(layout, u.as_bytes()) {
-                        Ok(id) if id <= upper => return Ok(Some(id)),
-                        _ => {}
+/// The ID of the largest UUID of a column that holds one of `layout` at
+/// or below `upper`, and the largest above it if any (read from the
+/// largest down, through the column's index where it has one).
+fn highest_uuid(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
+    let first = |bounded: bool| {
+        let bound = bounded
+            .then(|| uuid::from_id(layout, upper, u128::MAX).ok())
+            .flatten()
+            .map(pgrx::Uuid::from_bytes);
+        let args = bound
+            .map(|b| vec![DatumWithOid::from(b)])
+            .unwrap_or_default();
+        spi::ok(Spi::connect(|client| {
+            let mut cursor = client.open_cursor(&c.statement(bound.is_some()), &args);
+            loop {
+                let rows = cursor.fetch(256)?;
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                for row in rows {
+                    if let Some(u) = row.get::<pgrx::Uuid>(1)? {
+                        if let Ok(id) = uuid::to_id(layout, u.as_bytes()) {
+                            return Ok(Some(id));
+                        }
                     }
                 }
             }
-        }
-    }))
+        }))
+    };
+    match first(false) {
+        Some(v) if v > upper => (first(true).filter(|&id| id <= upper), Some(v)),
+        v => (v, None),
+    }
 }
 
-/// The type a column's values have: its own, or a domain's base (one
-/// level), as SQL over `pg_attribute a`.
-const BASE_TYPE: &str = "(SELECT CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END
-                          FROM pg_catalog.pg_type ty WHERE ty.oid = a.atttypid)";
-const ID_TYPES: &str =
-    "('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.uuid'::pg_catalog.regtype)";
+/// The types whose values may be IDs, with what they are at bottom:
+/// bigint, numeric and uuid, and domains over them to any depth (`bases`,
+/// SQL for a `WITH RECURSIVE`).
+const BASES: &str = "bases(oid, base) AS (
+             SELECT t.oid, t.oid FROM pg_catalog.pg_type t
+             WHERE t.oid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.numeric'::pg_catalog.regtype,
+                             'pg_catalog.uuid'::pg_catalog.regtype)
+             UNION ALL
+             SELECT t.oid, b.base FROM pg_catalog.pg_type t JOIN bases b ON t.typbasetype = b.oid
+             WHERE t.typtype = 'd')";
 
-/// The columns whose default calls a generating function of this
-/// extension (their own, or their domain's): bigint and uuid columns
-/// (domains over them included) of tables, and of the leaf partitions of
-/// partitioned tables (each read on its own, with its own index; a foreign
-/// partition is not read: its rows are another server's).
+/// A column's kind, as SQL over `bases b`, for [`columns`].
+const KIND: &str = "CASE b.base WHEN 'pg_catalog.uuid'::pg_catalog.regtype THEN 'u'
+                                WHEN 'pg_catalog.numeric'::pg_catalog.regtype THEN 'n' ELSE 'b' END";
+
+/// The columns that may hold IDs this extension made, of tables and of the
+/// leaf partitions of partitioned tables (each read on its own, with its
+/// own index; a foreign partition is not read: its rows are another
+/// server's): bigint, numeric and uuid columns (domains over them, to any
+/// depth, included) whose default calls a generating function, their
+/// domain's default does, or a row trigger's function sets them.
+///
+/// A function "calls" a generating function where it depends on one (a
+/// SQL function with a standard body) or names one in its source (any
+/// other language), and so on through functions that call those: a
+/// default `my_id()` whose body calls `snowflake_nextval()` is found. A
+/// trigger's function that calls one sets the table's columns its source
+/// names. What is not found this way (a value computed in the application,
+/// a function that builds its call at run time) is covered by
+/// `snowflake_resume_above()`, which reads every column of these types.
 fn id_columns() -> Vec<Column> {
     let query = format!(
-        "WITH generators AS ({generators}),
+        "WITH RECURSIVE {BASES},
+         gens(oid, name) AS (
+             SELECT g.oid, g.proname::pg_catalog.text FROM ({generators}) g
+             UNION
+             SELECT p.oid, p.proname::pg_catalog.text FROM pg_catalog.pg_proc p, gens g
+             WHERE p.prolang NOT IN (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname IN ('internal', 'c'))
+               AND (pg_catalog.strpos(p.prosrc, g.name) > 0
+                    OR EXISTS (SELECT FROM pg_catalog.pg_depend d
+                               WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = p.oid
+                                 AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                 AND d.refobjid = g.oid))),
          calls AS (
              SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
              WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-               AND d.refobjid IN (SELECT oid FROM generators)),
-         defaults AS (
-             SELECT c.oid AS rel, c.relkind, a.attname, {BASE_TYPE} AS base
+               AND d.refobjid IN (SELECT oid FROM gens)),
+         gen_types(oid) AS (
+             SELECT k.objid FROM calls k WHERE k.classid = 'pg_catalog.pg_type'::pg_catalog.regclass
+             UNION
+             SELECT t.oid FROM pg_catalog.pg_type t JOIN gen_types g ON t.typbasetype = g.oid
+             WHERE t.typtype = 'd'),
+         found AS (
+             SELECT c.oid AS rel, c.relkind, a.attname, b.base
              FROM pg_catalog.pg_attribute a
              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+             JOIN bases b ON b.oid = a.atttypid
              WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
                AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
-               AND {BASE_TYPE} IN {ID_TYPES}
                AND (EXISTS (SELECT FROM pg_catalog.pg_attrdef ad JOIN calls k ON k.objid = ad.oid
                             AND k.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
                             WHERE ad.adrelid = a.attrelid AND ad.adnum = a.attnum)
-                    OR EXISTS (SELECT FROM calls k WHERE k.classid = 'pg_catalog.pg_type'::pg_catalog.regclass
-                               AND k.objid = a.atttypid))),
+                    OR a.atttypid IN (SELECT oid FROM gen_types)
+                    OR EXISTS (SELECT FROM pg_catalog.pg_trigger tg
+                               JOIN pg_catalog.pg_proc p ON p.oid = tg.tgfoid
+                               WHERE tg.tgrelid = a.attrelid AND NOT tg.tgisinternal
+                                 AND tg.tgfoid IN (SELECT oid FROM gens)
+                                 AND p.prosrc OPERATOR(pg_catalog.~*) ('\\m' OPERATOR(pg_catalog.||)
+                                     pg_catalog.regexp_replace(a.attname::pg_catalog.text, '([^[:alnum:]_])', '\\\\\\1', 'g')
+                                     OPERATOR(pg_catalog.||) '\\M')))),
          tables AS (
-             SELECT rel, attname, base FROM defaults WHERE relkind = 'r'
+             SELECT rel, attname, base FROM found WHERE relkind = 'r'
              UNION
-             SELECT t.relid, d.attname, d.base
-             FROM defaults d, pg_catalog.pg_partition_tree(d.rel) t
+             SELECT t.relid, f.attname, f.base
+             FROM found f, pg_catalog.pg_partition_tree(f.rel) t
              JOIN pg_catalog.pg_class l ON l.oid = t.relid
-             WHERE d.relkind = 'p' AND t.isleaf AND l.relkind = 'r'
+             WHERE f.relkind = 'p' AND t.isleaf AND l.relkind = 'r'
                AND l.relpersistence OPERATOR(pg_catalog.<>) 't')
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
-                t.base = 'pg_catalog.uuid'::pg_catalog.regtype, c.relowner
+                {KIND}, c.relowner
          FROM tables t
+         JOIN (SELECT DISTINCT base FROM bases) b ON b.base = t.base
          JOIN pg_catalog.pg_class c ON c.oid = t.rel
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          ORDER BY 1, 2, 3",
@@ -258,19 +329,21 @@ fn id_columns() -> Vec<Column> {
     columns(&query)
 }
 
-/// Every bigint and uuid column (domains over them included) of every
-/// table of this database, but the system's, the extension's own and
-/// temporary ones: what `snowflake_resume_above()` reads.
+/// Every bigint, numeric and uuid column (domains over them, to any
+/// depth, included) of every table of this database, but the system's,
+/// the extension's own and temporary ones: what `snowflake_resume_above()`
+/// reads.
 fn all_columns() -> Vec<Column> {
     columns(&format!(
-        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
-                {BASE_TYPE} = 'pg_catalog.uuid'::pg_catalog.regtype, c.relowner
+        "WITH RECURSIVE {BASES}
+         SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
+                {KIND}, c.relowner
          FROM pg_catalog.pg_attribute a
+         JOIN bases b ON b.oid = a.atttypid
          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
            AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
-           AND {BASE_TYPE} IN {ID_TYPES}
            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'snowflake_id')
            AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
          ORDER BY 1, 2, 3"
@@ -285,7 +358,11 @@ fn columns(query: &str) -> Vec<Column> {
                 schema: row.get::<String>(1)?.unwrap_or_default(),
                 table: row.get::<String>(2)?.unwrap_or_default(),
                 column: row.get::<String>(3)?.unwrap_or_default(),
-                is_uuid: row.get::<bool>(4)?.unwrap_or(false),
+                kind: match row.get::<String>(4)?.as_deref() {
+                    Some("u") => Kind::Uuid,
+                    Some("n") => Kind::Numeric,
+                    _ => Kind::Bigint,
+                },
                 owner: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
             });
         }
@@ -428,6 +505,14 @@ pub fn floor_if_copied(
         SEEN.0.set(generation);
         return Ok(());
     }
+    // Copied IDs ahead of the clock this database holds refuse, without a
+    // read, until the clock brings them within the hour (then the floor
+    // runs again) or an operator settles them.
+    if let Some((f, id, refused_in)) = shm.refusal.copies_failure() {
+        if refused_in == db && id > copies::plausible_upper(&cfg.layout, clock::now_ms()) {
+            return Err(f);
+        }
+    }
     let me = xlog::origin().0 as i64;
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let Some(oid) = record() else {
@@ -521,6 +606,15 @@ fn floor(
         Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
         None => "no column holds an ID".to_string(),
     };
+    if let Some((id, at)) = &found.ahead {
+        if !mark::covers(shm, &cfg.layout, *id) {
+            let f = ahead_of_clock(&cfg.layout, *id, at);
+            log!("snowflake_id: {} (every database of this server refuses IDs until then)", f.message);
+            mark::refuse_for_copies(shm, &f, *id, process::database_id().to_u32());
+            return Err(f);
+        }
+    }
+    mark::lift_copies(shm, &cfg.layout, None);
     // What backfills leased at past times, wherever the data was made.
     let backfilled = mark::leases::raise_copied(shm, &read_leases())?;
     let said = match backfilled {
@@ -547,6 +641,26 @@ fn floor(
         if recorded { "" } else { " (not recorded: the transaction cannot write; the next start floors again)" }
     );
     Ok(())
+}
+
+/// The refusal for an ID a floor found more than an hour ahead of the
+/// clock: below it, IDs could repeat copied ones; above it, IDs would
+/// carry a time the clock may never have been meant to reach.
+fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
+    let made = layout.decode(id).map(|d| d.unix_ms).unwrap_or(0);
+    let db = database_name();
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "database \"{db}\" holds an ID made {} ahead of this server's clock: {at} holds {id} (made at {})",
+            format_duration(made.saturating_sub(clock::now_ms()).max(0) as u64),
+            format_instant(made)
+        ),
+    )
+    .detail("The data came from another cluster; IDs issued below this one could repeat it. A server whose clock ran ahead made it, or this server's clock is behind. Every database of this server refuses IDs until it is settled.")
+    .hint(format!(
+        "If this server's clock is behind, correct it: the next ID in database \"{db}\" floors again. If {id} is an ID to stay above: SELECT snowflake_resume_above({id}); (IDs then wait for the clock while they run more than snowflake_id.max_lead ahead of it). If it is no ID (a sentinel, a typo): SELECT snowflake_resume_above(); in database \"{db}\" floors below it and sets it aside."
+    ))
 }
 
 /// Notes a backfill lease in this database's record, in the caller's
@@ -678,23 +792,37 @@ pub fn resume_above_everything(
         let started = Instant::now();
         let columns = all_columns();
         let found = highest(&columns, &cfg.layout, upper);
-        let Some((id, at)) = found.highest else {
-            return Ok(format!(
+        let said = match &found.highest {
+            Some((id, at)) => format!(
+                "{} (the highest of {} column(s), in {at}, read in {} ms)",
+                mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
+                found.columns,
+                started.elapsed().as_millis()
+            ),
+            None => format!(
                 "no ID in {} column(s) at or below the largest an ID can be now ({}): nothing to resume above",
                 found.columns,
                 format_instant(cfg.layout.decode(upper).map(|d| d.unix_ms).unwrap_or(0))
-            ));
+            ),
         };
-        let said = mark::admin::floor_above(shm, cfg, lim, id, standby_wait_ms)?;
+        // This database's copies are covered now, what was set aside too.
         if record().is_some() {
             let (rows, copies_now) = read_record();
-            write_record(me, &copies::covered(me, &rows), copies_now, Some(id));
+            write_record(
+                me,
+                &copies::covered(me, &rows),
+                copies_now,
+                found.highest.as_ref().map(|h| h.0),
+            );
         }
-        Ok(format!(
-            "{said} (the highest of {} column(s), in {at}, read in {} ms)",
-            found.columns,
-            started.elapsed().as_millis()
-        ))
+        mark::lift_copies(shm, &cfg.layout, Some(process::database_id().to_u32()));
+        Ok(match found.ahead {
+            Some((v, at)) => format!(
+                "{said}; set aside as no ID: {at} holds {v} (made at {}, more than an hour ahead of the clock)",
+                format_instant(cfg.layout.decode(v).map(|d| d.unix_ms).unwrap_or(0))
+            ),
+            None => said,
+        })
     })
 }
 

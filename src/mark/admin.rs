@@ -2,7 +2,7 @@
 //! settings after a refusal, and resume above IDs that arrived without it.
 
 use super::file::{file, io_failure};
-use super::{publish, read_only, refused, resume, write};
+use super::{publish, read_only, refused_but_for_copies, resume, write};
 use crate::pg::clock::now_ms;
 use crate::pg::{role, xlog};
 use crate::shmem::Shmem;
@@ -99,7 +99,9 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
 /// mark where the extension cannot find it itself. Superuser only.
 pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<String, Failure> {
     require_superuser("snowflake_resume_above()")?;
-    floor_above(shm, cfg, lim, id, ADMIN_STANDBY_WAIT_MS)
+    let said = floor_above(shm, cfg, lim, id, ADMIN_STANDBY_WAIT_MS)?;
+    super::lift_copies(shm, &cfg.layout, None);
+    Ok(said)
 }
 
 /// Puts every later ID of this server above `id`, durably, waiting at most
@@ -115,7 +117,8 @@ pub fn floor_above(
     if xlog::in_recovery() {
         return Err(read_only());
     }
-    if let Some(f) = refused(shm) {
+    // Copied IDs ahead of the clock refuse until a floor is above them.
+    if let Some(f) = refused_but_for_copies(shm) {
         return Err(f);
     }
     let layout: &Layout = &cfg.layout;

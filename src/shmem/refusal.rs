@@ -5,7 +5,7 @@
 
 use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::Failure;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU8, Ordering};
 
 /// Why the mark refuses generation.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -31,6 +31,16 @@ pub struct Refusal {
     claim: AtomicBool,
     /// The failure of `MarkRefusal::AtStart`.
     at_start: SharedText,
+    /// A floor found copied IDs ahead of the clock and above the mark: it
+    /// refuses until a floor is above them or an operator has said what
+    /// they are. Sequentially consistent, as `claim`.
+    copies: AtomicBool,
+    /// The failure said meanwhile (written under the mark's lock: one
+    /// writer at a time).
+    copies_failure: SharedText,
+    /// The largest of those IDs, and the database that holds it.
+    copies_id: AtomicI64,
+    copies_db: AtomicU32,
 }
 
 impl Refusal {
@@ -39,6 +49,10 @@ impl Refusal {
             mark: AtomicU8::new(0),
             claim: AtomicBool::new(false),
             at_start: SharedText::new(),
+            copies: AtomicBool::new(false),
+            copies_failure: SharedText::new(),
+            copies_id: AtomicI64::new(0),
+            copies_db: AtomicU32::new(0),
         }
     }
 
@@ -80,5 +94,39 @@ impl Refusal {
     /// Sets or lifts the claim's refusal; returns whether it was set.
     pub fn set_claim(&self, refused: bool) -> bool {
         self.claim.swap(refused, Ordering::SeqCst)
+    }
+
+    /// Whether copied IDs ahead of the clock refuse generation.
+    pub fn copies(&self) -> bool {
+        self.copies.load(Ordering::SeqCst)
+    }
+
+    /// The failure copied IDs ahead of the clock stand for, the largest of
+    /// them and its database, while they refuse.
+    pub fn copies_failure(&self) -> Option<(Failure, i64, u32)> {
+        if !self.copies() {
+            return None;
+        }
+        Some((
+            self.copies_failure.failure()?,
+            self.copies_id.load(Ordering::SeqCst),
+            self.copies_db.load(Ordering::SeqCst),
+        ))
+    }
+
+    /// Refuses for copied IDs up to `id` in database `db` (call under the
+    /// mark's lock).
+    pub fn refuse_for_copies(&self, why: &Failure, id: i64, db: u32) {
+        self.copies_failure.set_failure(why);
+        if self.copies_id.fetch_max(id, Ordering::SeqCst) <= id {
+            self.copies_db.store(db, Ordering::SeqCst);
+        }
+        self.copies.store(true, Ordering::SeqCst);
+    }
+
+    /// Lifts that refusal (call under the mark's lock).
+    pub fn lift_copies(&self) {
+        self.copies.store(false, Ordering::SeqCst);
+        self.copies_id.store(0, Ordering::SeqCst);
     }
 }

@@ -1,0 +1,145 @@
+"""What a floor reads and what it refuses: every column that can hold this
+server's IDs (domains to any depth, numeric, defaults through functions of
+any language, a trigger that sets the ID, partitions), and copied IDs more
+than an hour ahead of the clock, which refuse IDs in every database until
+the clock is corrected or an operator sets them aside.
+
+A floor is asked for as a restore asks for one: a superuser's row in the
+record of floors naming another server (tests/replication/test_copies.py
+restores real dumps). Each column gets a value ahead of everything before
+it, so a floor that missed the column would issue below it."""
+
+import re
+
+from harness import pg_major, server
+
+COLUMNS = """
+CREATE DOMAIN id1 AS bigint;
+CREATE DOMAIN id2 AS id1;
+CREATE TABLE dd (id id2 PRIMARY KEY DEFAULT snowflake_nextval());
+CREATE DOMAIN gid1 AS bigint DEFAULT snowflake_nextval();
+CREATE DOMAIN gid2 AS gid1;
+CREATE TABLE dg (id gid2 PRIMARY KEY);
+CREATE TABLE num (id numeric(20) PRIMARY KEY DEFAULT snowflake_nextval());
+CREATE FUNCTION plid() RETURNS bigint LANGUAGE plpgsql AS $$BEGIN RETURN snowflake_nextval(); END$$;
+CREATE TABLE wp (id bigint PRIMARY KEY DEFAULT plid());
+CREATE FUNCTION sqlid() RETURNS bigint LANGUAGE sql AS 'SELECT snowflake_nextval()';
+CREATE FUNCTION outer_id() RETURNS bigint LANGUAGE sql AS 'SELECT sqlid() + 0';
+CREATE TABLE ws (id bigint PRIMARY KEY DEFAULT outer_id());
+CREATE FUNCTION set_key() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW."Key" := snowflake_nextval(); RETURN NEW; END$$;
+CREATE TABLE tr ("Key" bigint PRIMARY KEY, size bigint);
+CREATE TRIGGER tr_key BEFORE INSERT ON tr FOR EACH ROW EXECUTE FUNCTION set_key();
+CREATE TABLE pt (id id2 DEFAULT snowflake_nextval(), n int) PARTITION BY RANGE (n);
+CREATE TABLE pt_all PARTITION OF pt FOR VALUES FROM (MINVALUE) TO (MAXVALUE);
+CREATE TABLE app_num (v numeric);
+CREATE TABLE app_dd (v id2);
+"""
+# A SQL function with a standard body names its callee in the catalog, not
+# in its source (14 and later).
+STANDARD_BODY = """
+CREATE FUNCTION stdid() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT snowflake_nextval(); END;
+CREATE TABLE wstd (id bigint PRIMARY KEY DEFAULT stdid());
+"""
+# The columns a floor must read, in the order their values are planted.
+FLOORED = ["dd.id", "dg.id", "num.id", "wp.id", "ws.id", 'tr."Key"', "pt_all.id"]
+
+
+def plant(s, column, minutes):
+    """Stores an ID made `minutes` ahead of the clock in `column` (as
+    replication would: no trigger fires), then asks for a floor as a
+    restore does; returns the ID."""
+    table, col = column.split(".")
+    v = s.one(f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{minutes} min')")
+    extra = ", n" if table == "pt_all" else ""
+    s.sql(f"SET session_replication_role = replica; INSERT INTO {table} ({col}{extra}) VALUES ({v}{', 1' if extra else ''})")
+    return v
+
+
+def ask_for_a_floor(s, k):
+    s.sql(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ({1000 + k})")
+
+
+def test_every_column_that_can_hold_ids_is_floored_and_resume_above_reads_them_all():
+    with server("copies-columns") as s:
+        s.sql(COLUMNS)
+        floored = list(FLOORED)
+        if pg_major() >= 14:
+            s.sql(STANDARD_BODY)
+            floored.append("wstd.id")
+        # Each column in turn holds the newest ID: only a floor that read it
+        # issues above it.
+        for k, column in enumerate(floored, 1):
+            v = plant(s, column, 3 * k)
+            ask_for_a_floor(s, k)
+            got = s.one("SELECT snowflake_nextval()")
+            assert got > v, f"the floor missed {column}"
+        # Exactly these columns: not the trigger's table's other column
+        # (its function does not name it), nor a column no generator fills.
+        read = re.findall(r"flooring database \"postgres\" because .*?: reading (\d+) column", s.log_text())
+        assert read and int(read[-1]) == len(floored), (read, floored)
+        # The operator's statement reads every column of these types,
+        # numeric and domains of domains included.
+        for k, column in enumerate(["app_num.v", "app_dd.v"], len(floored) + 1):
+            v = plant(s, column, 3 * k)
+            said = s.one("SELECT snowflake_resume_above()")
+            assert f"public.{column}" in said, said
+            assert s.one("SELECT snowflake_nextval()") > v, column
+
+
+def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
+    """Copied IDs more than an hour ahead of the clock: floored below, IDs
+    could repeat them; floored above, every ID would move that far. The
+    floor refuses, in every database, with the column, the value and what
+    to do (the status and the log say the same), until the clock is
+    corrected (the database's next ID floors again, above them) or a
+    superuser sets a value aside as no ID."""
+    with server("copies-ahead", faketime=True) as s:
+        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
+        s.sql("CREATE DATABASE other")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        busy = s.connect(dbname="other")
+        busy.cursor().execute("SELECT snowflake_nextval()")
+        far = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '3 hours')")
+        s.sql(f"INSERT INTO t (id, n) VALUES ({far}, 1)")
+        ask_for_a_floor(s, 1)
+        code, msg, hint = s.error("INSERT INTO t (n) VALUES (2)")
+        assert code == "55000" and f"public.t.id holds {far}" in msg, (code, msg)
+        assert "snowflake_resume_above();" in hint and f"snowflake_resume_above({far});" in hint, hint
+        # Every database refuses, a session that was issuing included.
+        assert s.error("SELECT snowflake_nextval()", dbname="other")[:2] == (code, msg)
+        cur = busy.cursor()
+        try:
+            cur.execute("SELECT snowflake_nextval()")
+            raise AssertionError("a session of another database issued below the copied IDs")
+        except Exception as e:  # noqa: BLE001 - the driver's error is the check
+            assert getattr(e, "pgcode", None) == "55000", e
+        busy.close()
+        assert msg in s.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other")
+        assert msg in s.log_text()
+        # The clock corrected: the database that holds them floors again at
+        # its next ID (until then the others still refuse).
+        s.set_clock(3 * 3600)
+        assert s.error("SELECT snowflake_nextval()", dbname="other")[0] == "55000"
+        first = s.one("INSERT INTO t (n) VALUES (3) RETURNING id")
+        assert first > far
+        assert s.one("SELECT snowflake_nextval()", dbname="other") > far
+        assert s.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other") is None
+
+        # A sentinel is no ID: the HINT's statement, pasted, sets it aside
+        # (a negative number is no ID either, and never said).
+        s.sql("INSERT INTO t (id, n) VALUES (9223372036854775807, 4), (-5, 5)")
+        ask_for_a_floor(s, 2)
+        code, msg, hint = s.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "public.t.id holds 9223372036854775807" in msg, msg
+        assert s.error("SELECT snowflake_nextval()", dbname="other")[0] == "55000"
+        pasted = re.search(r"SELECT snowflake_resume_above\(\);", hint).group()
+        said = s.one(pasted)
+        assert "set aside as no ID: public.t.id holds 9223372036854775807" in said, said
+        assert "-5" not in said
+        after = s.one("SELECT snowflake_nextval()")
+        assert after > first
+        assert s.one("SELECT snowflake_nextval()", dbname="other") > after
+        # Settled for good: a restart floors nothing again and refuses nothing.
+        s.restart()
+        assert s.one("SELECT snowflake_nextval()") > after
+        assert s.one("SELECT problem FROM snowflake_id.snowflake_status") is None
