@@ -132,6 +132,14 @@ pub fn floor_above(
     }
     let now = now_ms();
     let now_tick = layout.tick_at_ms(now).unwrap_or(0);
+    // IDs made by a clock ahead of this one continue from their time, as a
+    // sequence would, instead of waiting for this clock (up to an hour).
+    // Said before the floor is raised: sessions issuing meanwhile would
+    // otherwise find the next ID that far ahead of their clock and fail.
+    let continues = copies::continue_from_ms(layout, id, now);
+    if let Some(at) = continues {
+        shm.continue_from(at);
+    }
     let w = shm.mark.with_lock(|| {
         resume::floor_if_copied(shm, cfg, lim);
         shm.gen.raise_floor(tick, lim.sequence_bits);
@@ -140,12 +148,6 @@ pub fn floor_above(
         write(shm, cfg, mark)
     })?;
     publish(shm, w, standby_wait_ms)?;
-    // IDs made by a clock ahead of this one continue from their time, as a
-    // sequence would, instead of waiting for this clock (up to an hour).
-    let continues = copies::continue_from_ms(layout, id, now);
-    if let Some(at) = continues {
-        shm.continue_from(at);
-    }
     let first_tick = (shm.gen.next() >> lim.sequence_bits).max(now_tick);
     let first_ms = layout.tick_start_ms(first_tick);
     let ahead = first_ms - now;

@@ -10,8 +10,9 @@ restores real dumps). Each column gets a value ahead of everything before
 it, so a floor that missed the column would issue below it."""
 
 import re
+import threading
 
-from harness import pg_major, server
+from harness import pg_major, server, wait_until
 
 COLUMNS = """
 CREATE DOMAIN id1 AS bigint;
@@ -143,3 +144,47 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
         s.restart()
         assert s.one("SELECT snowflake_nextval()") > after
         assert s.one("SELECT problem FROM snowflake_id.snowflake_status") is None
+
+
+def test_sessions_issuing_ids_never_fail_while_another_floors_ahead_of_the_clock():
+    """A floor above copied IDs 40 s ahead of the clock (four times
+    max_lead): sessions issuing IDs meanwhile, in the floored database and
+    in another, continue from the copied IDs' time and never meet "the
+    clock is behind"."""
+    with server("copies-busy") as s:
+        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        s.sql("CREATE DATABASE other")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        stop = threading.Event()
+        errors, issued = [], [0]
+
+        def busy(dbname):
+            conn = s.connect(dbname=dbname)
+            try:
+                cur = conn.cursor()
+                while not stop.is_set():
+                    try:
+                        cur.execute("SELECT snowflake_nextval()")
+                        issued[0] += 1
+                    except Exception as e:  # noqa: BLE001 - every error is the finding
+                        errors.append(str(e))
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=busy, args=(db,)) for db in ("postgres", "other")]
+        for t in threads:
+            t.start()
+        try:
+            for k in range(1, 6):
+                v = s.one(f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{40 * k} s')")
+                s.sql(f"INSERT INTO t (id) VALUES ({v})")
+                ask_for_a_floor(s, k)
+                before = issued[0]
+                assert s.one("SELECT snowflake_nextval()") > v
+                # Both sessions went on issuing across the floor.
+                wait_until(lambda: issued[0] > before + 100, "the busy sessions stopped issuing")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert errors == [], errors[:3]
