@@ -461,13 +461,13 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_floors_written_wrapper';
 
 -- The servers whose IDs this database may hold: a row for the server that
 -- created the extension here, and one for every floor a server made after
--- the data came from another cluster, naming the servers it covered (see
--- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
--- carries the table, pg_dump its rows (marked below), a publication of all
--- tables its rows. A server none of whose rows covers every row here (an
--- empty record included) reads the largest ID of every column whose
--- default calls a generating function before it issues one in this
--- database.
+-- the data came from another cluster, naming the rows of other servers it
+-- covered by their arrival (see "Copies" in docs/operators.md). It travels
+-- with the data: pg_upgrade carries the table, pg_dump its rows (marked
+-- below), a publication of all tables its rows. A server whose floors did
+-- not cover every other server's row that arrived here (an empty record
+-- included) reads the largest ID of every column that can hold IDs before
+-- it issues one in this database.
 -- Readable by every role, as pg_dump needs (a database's owner dumps its
 -- rows with the data). Only superusers and members of the database's
 -- owner may add rows (pg_restore by either writes them), so no other role
@@ -478,7 +478,12 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_floors_written_wrapper';
 -- server check its database again before its next ID.
 CREATE TABLE snowflake_id.snowflake_floors (
     system_identifier bigint NOT NULL,
-    covers bigint[] NOT NULL DEFAULT '{}',
+    -- Set by the guard whenever a row is written into this database, what
+    -- a dump says notwithstanding: rows of the same server that arrive
+    -- again (a rehearsal restore, then the real one) are new to a floor.
+    arrival uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    -- The arrivals of other servers' rows this server's floor covered.
+    covers uuid[] NOT NULL DEFAULT '{}',
     -- The state of the database's subscriptions' finished initial copies
     -- when this server floored, as one number (the core's copies_state).
     subscription_copies bigint,
@@ -521,6 +526,7 @@ BEGIN
             DETAIL = 'A row of another server makes the next ID of this database read every ID column first.',
             HINT = 'Restore the record of floors as a superuser or as the database''s owner; nothing else needs to write it.';
     END IF;
+    NEW.arrival := pg_catalog.gen_random_uuid();
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         NEW.covers := '{}';
         NEW.subscription_copies := NULL;

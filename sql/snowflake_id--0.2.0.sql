@@ -470,43 +470,6 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:86
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
---   backfill::snowflake_nextval_at
---   backfill::snowflake_nextval_at_array
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- IDs for past times: for the roles an operator grants them to. Each lease
--- costs a durable write and a row in the database's record, and numbers at
--- a past time, once handed out, are gone for good: a role that may call
--- them at will could use up what an import needs.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/api/status.rs:185
 -- requires:
 --   snowflake_status
@@ -730,6 +693,43 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:86
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_status
+--   convert::snowflake_convert
+--   backfill::snowflake_nextval_at
+--   backfill::snowflake_nextval_at_array
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/admin.rs:72
 -- snowflake_id::api::admin::snowflake_floors_written
 CREATE FUNCTION "snowflake_floors_written"()
@@ -746,13 +746,13 @@ CREATE FUNCTION "snowflake_floors_written"()
 
 -- The servers whose IDs this database may hold: a row for the server that
 -- created the extension here, and one for every floor a server made after
--- the data came from another cluster, naming the servers it covered (see
--- "Copies" in docs/operators.md). It travels with the data: pg_upgrade
--- carries the table, pg_dump its rows (marked below), a publication of all
--- tables its rows. A server none of whose rows covers every row here (an
--- empty record included) reads the largest ID of every column whose
--- default calls a generating function before it issues one in this
--- database.
+-- the data came from another cluster, naming the rows of other servers it
+-- covered by their arrival (see "Copies" in docs/operators.md). It travels
+-- with the data: pg_upgrade carries the table, pg_dump its rows (marked
+-- below), a publication of all tables its rows. A server whose floors did
+-- not cover every other server's row that arrived here (an empty record
+-- included) reads the largest ID of every column that can hold IDs before
+-- it issues one in this database.
 -- Readable by every role, as pg_dump needs (a database's owner dumps its
 -- rows with the data). Only superusers and members of the database's
 -- owner may add rows (pg_restore by either writes them), so no other role
@@ -763,7 +763,12 @@ CREATE FUNCTION "snowflake_floors_written"()
 -- server check its database again before its next ID.
 CREATE TABLE snowflake_id.snowflake_floors (
     system_identifier bigint NOT NULL,
-    covers bigint[] NOT NULL DEFAULT '{}',
+    -- Set by the guard whenever a row is written into this database, what
+    -- a dump says notwithstanding: rows of the same server that arrive
+    -- again (a rehearsal restore, then the real one) are new to a floor.
+    arrival uuid NOT NULL DEFAULT pg_catalog.gen_random_uuid(),
+    -- The arrivals of other servers' rows this server's floor covered.
+    covers uuid[] NOT NULL DEFAULT '{}',
     -- The state of the database's subscriptions' finished initial copies
     -- when this server floored, as one number (the core's copies_state).
     subscription_copies bigint,
@@ -806,6 +811,7 @@ BEGIN
             DETAIL = 'A row of another server makes the next ID of this database read every ID column first.',
             HINT = 'Restore the record of floors as a superuser or as the database''s owner; nothing else needs to write it.';
     END IF;
+    NEW.arrival := pg_catalog.gen_random_uuid();
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) THEN
         NEW.covers := '{}';
         NEW.subscription_copies := NULL;

@@ -419,26 +419,33 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
         }
         let mut rows = Vec::new();
         for row in client.select(
-            "SELECT system_identifier, covers, subscription_copies, floor
+            "SELECT system_identifier, arrival, covers, subscription_copies, floor
              FROM snowflake_id.snowflake_floors WHERE backfilled IS NULL",
             None,
             &[],
         )? {
             rows.push(FloorRow {
                 system_identifier: row.get::<i64>(1)?.unwrap_or(0),
-                // A superuser's row may hold NULLs: they name no server.
+                arrival: row.get::<pgrx::Uuid>(2)?.map_or(0, arrival),
+                // A superuser's row may hold NULLs: they name no row.
                 covers: row
-                    .get::<Vec<Option<i64>>>(2)?
+                    .get::<Vec<Option<pgrx::Uuid>>>(3)?
                     .unwrap_or_default()
                     .into_iter()
                     .flatten()
+                    .map(arrival)
                     .collect(),
-                subscription_copies: row.get::<i64>(3)?.map(|v| v as u64),
-                floor: row.get::<i64>(4)?,
+                subscription_copies: row.get::<i64>(4)?.map(|v| v as u64),
+                floor: row.get::<i64>(5)?,
             });
         }
         Ok((rows, copies::copies_state(&finished)))
     }))
+}
+
+/// A row's arrival as the core counts it.
+fn arrival(u: pgrx::Uuid) -> u128 {
+    u128::from_be_bytes(*u.as_bytes())
 }
 
 /// An LSN as `pg_lsn` prints it (`16/B374D848`).
@@ -451,7 +458,7 @@ fn parse_lsn(text: &str) -> Option<u64> {
 /// subscriptions' finished copies in the state `copies`, above `floor`.
 /// Not where the transaction cannot write (the floor holds all the same,
 /// in the mark: the next start floors again).
-fn write_record(me: i64, covers: &[i64], copies: Option<u64>, floor: Option<i64>) -> bool {
+fn write_record(me: i64, covers: &[u128], copies: Option<u64>, floor: Option<i64>) -> bool {
     if process::read_only_transaction() {
         return false;
     }
@@ -461,7 +468,12 @@ fn write_record(me: i64, covers: &[i64], copies: Option<u64>, floor: Option<i64>
              VALUES ($1, $2, $3, $4)",
             &[
                 DatumWithOid::from(me),
-                DatumWithOid::from(covers.to_vec()),
+                DatumWithOid::from(
+                    covers
+                        .iter()
+                        .map(|a| pgrx::Uuid::from_bytes(a.to_be_bytes()))
+                        .collect::<Vec<_>>(),
+                ),
                 DatumWithOid::from(copies.map(|v| v as i64)),
                 DatumWithOid::from(floor),
             ],
@@ -609,7 +621,10 @@ fn floor(
     if let Some((id, at)) = &found.ahead {
         if !mark::covers(shm, &cfg.layout, *id) {
             let f = ahead_of_clock(&cfg.layout, *id, at);
-            log!("snowflake_id: {} (every database of this server refuses IDs until then)", f.message);
+            log!(
+                "snowflake_id: {} (every database of this server refuses IDs until then)",
+                f.message
+            );
             mark::refuse_for_copies(shm, &f, *id, process::database_id().to_u32());
             return Err(f);
         }
@@ -724,7 +739,7 @@ fn read_leases() -> Vec<Raise> {
 
 /// Notes in this database's record a floor `snowflake_resume_above(id)`
 /// made, so that a restart continues from it as from a copy's floor; it
-/// covers no server (a floor by hand may be below what they left).
+/// covers no row (a floor by hand may be below what they left).
 pub fn note_floor(id: i64) {
     if record().is_some() {
         let me = xlog::origin().0 as i64;

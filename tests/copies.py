@@ -130,6 +130,13 @@ def write_at_once(s, dbname="postgres", seconds=3.0, sessions=2):
 
 
 NEW_HERE = "no floor of this server covers it yet"
+# Whether this server's floors cover every row of server %s in the record.
+COVERED = """
+SELECT bool_and(EXISTS (SELECT FROM snowflake_id.snowflake_floors m
+                        WHERE m.system_identifier = (SELECT system_identifier FROM pg_control_system())
+                          AND f.arrival = ANY (m.covers)))
+FROM snowflake_id.snowflake_floors f WHERE f.system_identifier = %s AND f.backfilled IS NULL
+"""
 
 
 def copy_floors(s):

@@ -5,13 +5,16 @@
 //! identifier and replays the durable mark from WAL. A `pg_upgrade`, a dump
 //! restored elsewhere or a logical copy carries rows but not the mark, into
 //! a server with another system identifier. Each database keeps a record of
-//! the floors made in it (`snowflake_id.snowflake_floors`): every floor
-//! writes the flooring server's row, naming the other servers it covered.
-//! The rows travel with the data (pg_upgrade carries the table, pg_dump its
-//! rows, a publication of all tables its rows), so a database is floored by
-//! a server before its first ID there unless a floor of that server covers
-//! every row: a database new to the server (its record empty: the
-//! extension's creation writes no row), or data of other servers.
+//! the floors made in it (`snowflake_id.snowflake_floors`). Every row gets
+//! an arrival, a random UUID, when it is written into a database (the
+//! record's guard sets it, whatever a dump says), and every floor writes
+//! the flooring server's row, naming the arrivals of other servers' rows it
+//! covered. The rows travel with the data (pg_upgrade carries the table,
+//! pg_dump its rows, a publication of all tables its rows), so a database
+//! is floored by a server before its first ID there unless its floors
+//! covered every row of another server that arrived: arrivals, not
+//! servers, because the same server's rows arrive again with newer data (a
+//! rehearsal restore, then the real one).
 //! What a role may write into the record, and when servers read it, is the
 //! shell's (`copies.rs`, the record's guard).
 
@@ -21,8 +24,10 @@ use crate::layout::Layout;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FloorRow {
     pub system_identifier: i64,
-    /// The other servers whose rows were there when this server floored.
-    pub covers: Vec<i64>,
+    /// When the row was written into this database (a random UUID).
+    pub arrival: u128,
+    /// The arrivals of other servers' rows this server's floor covered.
+    pub covers: Vec<u128>,
     /// The state of this database's subscriptions' finished initial copies
     /// when this server floored (`subscription_copies`), if any had finished.
     pub subscription_copies: Option<u64>,
@@ -141,13 +146,13 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<W
     }
     let mine: Vec<&FloorRow> = rows.iter().filter(|r| r.system_identifier == me).collect();
     // One pass over what this server's rows cover: a record of many rows
-    // (any role may add some) costs its size, not its square.
-    let covered: std::collections::HashSet<i64> =
+    // costs its size, not its square.
+    let covered: std::collections::HashSet<u128> =
         mine.iter().flat_map(|m| m.covers.iter().copied()).collect();
     let mut others: Vec<i64> = rows
         .iter()
+        .filter(|r| r.system_identifier != me && !covered.contains(&r.arrival))
         .map(|r| r.system_identifier)
-        .filter(|&s| s != me && !covered.contains(&s))
         .collect();
     others.sort_unstable();
     others.dedup();
@@ -164,16 +169,23 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<W
     }
 }
 
-/// The servers a floor by `me` covers: every other server with a row.
-pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<i64> {
-    let mut ids: Vec<i64> = rows
+/// The arrivals a floor by `me` covers: every other server's row that no
+/// floor of `me` covered yet (the record grows by what arrived, not by
+/// what it held).
+pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<u128> {
+    let before: std::collections::HashSet<u128> = rows
         .iter()
-        .flat_map(|r| std::iter::once(r.system_identifier).chain(r.covers.iter().copied()))
-        .filter(|&s| s != me)
+        .filter(|r| r.system_identifier == me)
+        .flat_map(|m| m.covers.iter().copied())
         .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
+    let mut arrivals: Vec<u128> = rows
+        .iter()
+        .filter(|r| r.system_identifier != me && !before.contains(&r.arrival))
+        .map(|r| r.arrival)
+        .collect();
+    arrivals.sort_unstable();
+    arrivals.dedup();
+    arrivals
 }
 
 /// How far ahead of this server's clock the time inside IDs may continue
@@ -212,9 +224,11 @@ pub fn plausible_upper(layout: &Layout, now_ms: i64) -> i64 {
 mod tests {
     use super::*;
 
-    fn row(s: i64, covers: &[i64], copies: Option<u64>) -> FloorRow {
+    /// A row of server `s` that arrived as `arrival`, covering `covers`.
+    fn row(s: i64, arrival: u128, covers: &[u128], copies: Option<u64>) -> FloorRow {
         FloorRow {
             system_identifier: s,
+            arrival,
             covers: covers.to_vec(),
             subscription_copies: copies,
             floor: None,
@@ -223,10 +237,10 @@ mod tests {
 
     #[test]
     fn a_database_made_here_needs_nothing() {
-        assert_eq!(floor_needed(7, &[row(7, &[], None)], None), None);
+        assert_eq!(floor_needed(7, &[row(7, 1, &[], None)], None), None);
         // Restored into the server it was dumped from: its own rows twice.
         assert_eq!(
-            floor_needed(7, &[row(7, &[], None), row(7, &[], None)], None),
+            floor_needed(7, &[row(7, 1, &[], None), row(7, 2, &[], None)], None),
             None
         );
     }
@@ -235,25 +249,62 @@ mod tests {
     fn rows_of_another_server_need_a_floor_until_one_covers_them() {
         // pg_upgrade: only the old cluster's row.
         assert_eq!(
-            floor_needed(9, &[row(7, &[], None)], None),
+            floor_needed(9, &[row(7, 1, &[], None)], None),
             Some(Why::OtherServers(vec![7]))
         );
         // A restore: this server's creation row and the dumped one.
-        let restored = [row(9, &[], None), row(7, &[], None)];
+        let restored = [row(9, 1, &[], None), row(7, 2, &[], None)];
         assert_eq!(
             floor_needed(9, &restored, None),
             Some(Why::OtherServers(vec![7]))
         );
-        assert_eq!(covered(9, &restored), vec![7]);
-        let floored = [row(9, &[], None), row(7, &[], None), row(9, &[7], None)];
+        assert_eq!(covered(9, &restored), vec![2]);
+        let floored = [
+            row(9, 1, &[], None),
+            row(7, 2, &[], None),
+            row(9, 3, &[2], None),
+        ];
         assert_eq!(floor_needed(9, &floored, None), None);
         // A copy of a copy: the server the copy came from had covered a third.
-        let chain = [row(7, &[5], None), row(5, &[], None)];
+        let chain = [row(7, 1, &[5], None), row(5, 2, &[], None)];
         assert_eq!(
             floor_needed(9, &chain, None),
             Some(Why::OtherServers(vec![5, 7]))
         );
-        assert_eq!(covered(9, &chain), vec![5, 7]);
+        assert_eq!(covered(9, &chain), vec![1, 2]);
+    }
+
+    #[test]
+    fn the_same_servers_rows_arriving_again_need_a_floor_again() {
+        // A rehearsal restore floored, then the real one (newer data of the
+        // same server) restored into the same database: its rows arrive
+        // anew, and only what is new is covered by the next floor.
+        let rehearsed = [
+            row(9, 1, &[], None),
+            row(7, 2, &[], None),
+            row(9, 3, &[2], None),
+        ];
+        assert_eq!(floor_needed(9, &rehearsed, None), None);
+        let mut again = rehearsed.to_vec();
+        again.push(row(7, 4, &[], None));
+        assert_eq!(
+            floor_needed(9, &again, None),
+            Some(Why::OtherServers(vec![7]))
+        );
+        assert_eq!(covered(9, &again), vec![4]);
+        again.push(row(9, 5, &[4], None));
+        assert_eq!(floor_needed(9, &again, None), None);
+        // Another server's floor names arrivals it covered: none of them
+        // spares this server a floor.
+        let theirs = [
+            row(9, 1, &[], None),
+            row(7, 2, &[], None),
+            row(8, 3, &[2], None),
+        ];
+        assert_eq!(
+            floor_needed(9, &theirs, None),
+            Some(Why::OtherServers(vec![7, 8]))
+        );
     }
 
     #[test]
@@ -264,9 +315,9 @@ mod tests {
     }
 
     #[test]
-    fn copies_dropped_before_a_floor_are_floored_once() {
-        let floored = [row(9, &[], None)];
-        let dropped = [row(9, &[], None), row(COPIED_UNFLOORED, &[], None)];
+    fn copies_dropped_before_a_floor_are_floored_once_each() {
+        let floored = [row(9, 1, &[], None)];
+        let dropped = [row(9, 1, &[], None), row(COPIED_UNFLOORED, 2, &[], None)];
         let why = floor_needed(9, &dropped, None).unwrap();
         assert_eq!(why, Why::OtherServers(vec![COPIED_UNFLOORED]));
         assert!(
@@ -274,14 +325,17 @@ mod tests {
             "{}",
             why.describe()
         );
-        assert_eq!(covered(9, &dropped), vec![COPIED_UNFLOORED]);
-        let after = [
-            dropped[0].clone(),
-            dropped[1].clone(),
-            row(9, &[COPIED_UNFLOORED], None),
-        ];
+        assert_eq!(covered(9, &dropped), vec![2]);
+        let mut after = dropped.to_vec();
+        after.push(row(9, 3, &[2], None));
         assert_eq!(floor_needed(9, &after, None), None);
         assert_eq!(floor_needed(9, &floored, None), None);
+        // A second subscription dropped later leaves a marker of its own.
+        after.push(row(COPIED_UNFLOORED, 4, &[], None));
+        assert_eq!(
+            floor_needed(9, &after, None),
+            Some(Why::OtherServers(vec![COPIED_UNFLOORED]))
+        );
         let both = Why::OtherServers(vec![COPIED_UNFLOORED, 7]).describe();
         assert!(
             both.contains("system identifier 7)") && both.contains("dropped"),
@@ -300,9 +354,9 @@ mod tests {
     #[test]
     fn a_finished_initial_copy_is_floored_once() {
         let one = copies_state(&[copy(1, 10, 0x0700_5558)]);
-        let created = [row(9, &[], None)];
+        let created = [row(9, 1, &[], None)];
         assert_eq!(floor_needed(9, &created, one), Some(Why::InitialCopy));
-        let floored = [row(9, &[], None), row(9, &[], one)];
+        let floored = [row(9, 1, &[], None), row(9, 2, &[], one)];
         assert_eq!(floor_needed(9, &floored, one), None);
         // A table added to the publication later and copied.
         let two = copies_state(&[copy(1, 10, 0x0700_5558), copy(1, 11, 0x0800_0000)]);
@@ -316,7 +370,7 @@ mod tests {
         // subscription's, from a publisher whose WAL is shorter, at
         // 0/02550A38, later.
         let first = copies_state(&[copy(1, 10, 0x0700_5558)]);
-        let floored = [row(9, &[], None), row(9, &[], first)];
+        let floored = [row(9, 1, &[], None), row(9, 2, &[], first)];
         let both = copies_state(&[copy(1, 10, 0x0700_5558), copy(2, 20, 0x0255_0A38)]);
         assert_eq!(floor_needed(9, &floored, both), Some(Why::InitialCopy));
         // A table copied again (a re-initialised publisher) at a smaller LSN.

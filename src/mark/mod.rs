@@ -112,7 +112,8 @@ pub fn refuse_for_claim(shm: &Shmem, refuse: bool) -> bool {
 /// of the clock and above the mark (a floor found them): the flag first,
 /// then the revocation, as `refuse_for_claim`.
 pub fn refuse_for_copies(shm: &Shmem, why: &Failure, id: i64, db: u32) {
-    shm.mark.with_lock(|| shm.refusal.refuse_for_copies(why, id, db));
+    shm.mark
+        .with_lock(|| shm.refusal.refuse_for_copies(why, id, db));
     shm.gen.revoke_durable();
 }
 
@@ -126,7 +127,11 @@ pub fn covers(shm: &Shmem, layout: &snowflake_id_core::layout::Layout, id: i64) 
 /// Lifts the refusal for copied IDs ahead of the clock where the next ID is
 /// above them, or where an operator said what they are in their database
 /// (`set_aside_in`).
-pub fn lift_copies(shm: &Shmem, layout: &snowflake_id_core::layout::Layout, set_aside_in: Option<u32>) {
+pub fn lift_copies(
+    shm: &Shmem,
+    layout: &snowflake_id_core::layout::Layout,
+    set_aside_in: Option<u32>,
+) {
     let Some((_, id, db)) = shm.refusal.copies_failure() else {
         return;
     };

@@ -17,7 +17,7 @@ column's largest. (pg_upgrade: tests/packaging/test_pg_upgrade.py.)"""
 import os
 import re
 
-from copies import CLOCK_BEHIND_S, SCHEMA, a_second_past_the_last_id, check_copy, copy_floors, fill
+from copies import ALL_IDS, CLOCK_BEHIND_S, COVERED, SCHEMA, a_second_past_the_last_id, check_copy, copy_floors, fill
 from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers
 
 
@@ -82,11 +82,44 @@ def test_a_restored_custom_dump_is_floored_by_the_extension():
         said = b.one("SELECT snowflake_resume_above((SELECT id FROM u ORDER BY id DESC LIMIT 1))")
         assert "every new ID is above" in said, said
         # This server's floor now covers the original's row: a restart reads nothing.
-        assert b.one("SELECT bool_or(%s = ANY (covers)) FROM snowflake_id.snowflake_floors", (a_sysid,)) is True
+        assert b.one(COVERED, (a_sysid,)) is True
         floors = b.log_text().count("was floored because")
         b.restart()
         b.sql("INSERT INTO t (n) VALUES (-1)")
         assert b.log_text().count("was floored because") == floors
+
+
+def test_a_second_restore_of_the_same_server_after_a_rehearsal_is_floored_again():
+    """A migration rehearsed: the original's dump restored and used, then
+    the application's tables emptied and the original's newer data restored
+    into the same database (`--data-only`, the record's rows with it). The
+    original's rows arrive again, so the copy's server floors again, above
+    the newer IDs (a floor that covered the original's server, not its
+    rows, let them repeat)."""
+    with servers() as made:
+        a, data = original(made, "rehearsal-a")
+        b = copy_target(made, "rehearsal-b")
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc {conn_args(a)} -d postgres -f {dump}")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --exit-on-error {dump}")
+        check_copy(b, data, what="the rehearsal's restore")
+        floors = b.log_text().count("was floored because")
+        # The original went on issuing: newer IDs, a second above the rest.
+        a_second_past_the_last_id(a)
+        a.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 500) g")
+        a.sql("INSERT INTO ev (id, n) SELECT i, 0 FROM snowflake_nextval_batch(50000) i")
+        newer = {
+            "top": a.one(f"SELECT max(id) FROM ({ALL_IDS}) x"),
+            "ids": set(r[0] for r in a.sql(f"SELECT id FROM ({ALL_IDS}) x")),
+        }
+        assert newer["top"] > b.one(f"SELECT max(id) FROM ({ALL_IDS}) x")
+        shell(f"{PG_BIN}/pg_dump -Fc --data-only {conn_args(a)} -d postgres -f {dump}")
+        a.stop()
+        b.sql("TRUNCATE t, ev, u, p, app_made, hist")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
+              f" --exit-on-error {dump}")
+        check_copy(b, newer, what="the real restore after a rehearsal")
+        assert b.log_text().count("was floored because") == floors + 1
 
 
 def test_pg_dumpall_replayed_with_psql_is_floored_by_the_extension():
@@ -247,10 +280,10 @@ def test_a_database_owner_dumps_and_restores_and_gains_nothing():
         # The record: anyone reads it (pg_dump does), the database's owner
         # adds rows (pg_restore does), but changes none, and a row it adds
         # covers nothing.
-        a.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{1,2}', 5)",
+        a.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{00000000-0000-0000-0000-000000000001}', 5)",
               dbname="appdb", user="app")
-        assert a.sql("SELECT covers, floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
-                     dbname="appdb") == [([], None)]
+        assert a.sql("SELECT cardinality(covers), floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
+                     dbname="appdb") == [(0, None)]
         a.sql("DELETE FROM snowflake_id.snowflake_floors WHERE system_identifier = 7", dbname="appdb")
         # A role that is neither a superuser nor the database's owner adds none.
         a.sql("CREATE ROLE other LOGIN")

@@ -396,7 +396,7 @@ def test_rows_planted_in_the_record_stop_no_id_and_use_up_nothing():
         s.sql("CREATE ROLE writer LOGIN")
         s.sql("GRANT pg_write_all_data, pg_read_all_data TO writer")
         for sql in ("UPDATE snowflake_id.snowflake_floors SET backfilled = '{0,9223372036854775807,4096}'",
-                    "UPDATE snowflake_id.snowflake_floors SET covers = '{42}'",
+                    "UPDATE snowflake_id.snowflake_floors SET covers = '{00000000-0000-0000-0000-000000000001}'",
                     "DELETE FROM snowflake_id.snowflake_floors"):
             code, msg, _ = s.error(sql, user="writer")
             assert code == "42501" and "only ever added" in msg, (sql, code, msg)

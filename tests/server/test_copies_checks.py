@@ -79,10 +79,10 @@ def test_no_role_but_a_superuser_or_the_databases_owner_adds_rows_to_the_record(
             assert "as a superuser or as the database's owner" in hint, hint
         # Its owner may (a restore by it writes the record): the row asks for
         # a floor and covers nothing.
-        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{1}', 5)",
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, floor) VALUES (7, '{00000000-0000-0000-0000-000000000001}', 5)",
               dbname="owned", user="owner")
-        assert s.sql("SELECT covers, floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
-                     dbname="owned") == [([], None)]
+        assert s.sql("SELECT cardinality(covers), floor FROM snowflake_id.snowflake_floors WHERE system_identifier = 7",
+                     dbname="owned") == [(0, None)]
         assert s.one("SELECT snowflake_nextval() > 0", dbname="owned", user="evil") is True
         assert 'database "owned" was floored because its data came from another cluster (system identifier 7)' \
             in s.log_text(), s.log_text()[-3000:]
@@ -102,7 +102,7 @@ def test_other_sessions_temporary_tables_and_a_superusers_nulls_stop_no_floor():
         with s.connect(user="evil") as evil, evil.cursor() as cur:
             cur.execute("CREATE TEMP TABLE trap (id bigint DEFAULT snowflake_nextval())")
             cur.execute("INSERT INTO trap VALUES (DEFAULT), (9000000000000000000)")
-            s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers) VALUES (7, '{NULL,3}')")
+            s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers) VALUES (7, '{NULL,00000000-0000-0000-0000-000000000001}')")
             for user in ("app", "postgres", "evil"):
                 assert s.one("SELECT snowflake_nextval() > 0", user=user) is True, user
             cur.execute("INSERT INTO trap DEFAULT VALUES")
@@ -132,7 +132,8 @@ def test_a_floor_holds_no_one_for_its_callers_transaction_and_an_aborted_one_flo
         floors = [line for line in s.log_text().splitlines()
                   if "was floored because" in line and "system identifier 7" in line]
         assert len(floors) == 2, floors
-        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE covers = '{7}'") == 1
+        assert s.one("SELECT count(*) FROM snowflake_id.snowflake_floors m, snowflake_id.snowflake_floors f"
+                     " WHERE f.system_identifier = 7 AND f.arrival = ANY (m.covers)") == 1
         with s.connect(autocommit=False) as conn, conn.cursor() as cur:
             cur.execute("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (8)")
             try:
