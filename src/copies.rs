@@ -27,21 +27,25 @@
 //! they run, the record is told (a row of `COPIED_UNFLOORED`).
 //!
 //! The extension acts on its own behalf here: the record and the catalog
-//! are read as the bootstrap superuser, and each table as its owner (as
-//! Postgres's own maintenance commands do: planning a read of a table runs
-//! code its owner wrote, in index expressions and statistics), each in a
-//! security-restricted operation with the search path pinned. Tables alone
-//! are read (never views, foreign tables, nor other sessions' temporary
-//! tables), with pg_catalog's operators, under the caller's statement and
-//! lock timeouts. Values more than an hour ahead of the clock are not taken
-//! for IDs (one row of one table would otherwise move the whole server's
-//! IDs that far): the log and the session are warned, naming the column.
+//! are read as the bootstrap superuser, from the newest committed data
+//! (never the caller's snapshot). A table whose read by a statement would
+//! run code its owner controls, or fail by the owner's will (a policy
+//! forced on the owner, the owner's own SELECT revoked, an index
+//! expression or predicate, a statistics object), is read at the storage
+//! level, every row; the others through their index, as their owner (as
+//! Postgres's own maintenance commands do), in a security-restricted
+//! operation with the search path pinned and pg_catalog's operators.
+//! Tables alone are read (never views, foreign tables, nor other sessions'
+//! temporary tables), under the caller's statement and lock timeouts.
+//! Values more than an hour ahead of the clock are not taken for IDs (one
+//! row would otherwise move the whole server's IDs that far): the floor
+//! refuses IDs until an operator settles them.
 
 use crate::catalog;
 use crate::mark;
 use crate::pg::process::{self, ProcessLocal};
 use crate::pg::text::ident;
-use crate::pg::{clock, lock, role, spi, xlog};
+use crate::pg::{clock, lock, role, scan, spi, xlog};
 use crate::shmem::Shmem;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -96,6 +100,11 @@ struct Column {
     column: String,
     kind: Kind,
     owner: pg_sys::Oid,
+    rel: pg_sys::Oid,
+    attnum: i16,
+    /// Whether a statement reading it would run code its owner controls
+    /// (see [`DIRECT`]): then it is read at the storage level.
+    direct: bool,
 }
 
 impl Column {
@@ -103,12 +112,31 @@ impl Column {
         format!("{}.{}.{}", self.schema, self.table, self.column)
     }
 
-    /// The statement that reads the column's values from the largest down
-    /// (numbers: only the largest, as text, of those at or above 0), at or
-    /// below `$1` if `upper`.
+    /// The table, as a statement names it: ONLY, since an inheriting table
+    /// is read as a table of its own.
+    fn relation(&self) -> String {
+        format!("ONLY {}.{}", ident(&self.schema), ident(&self.table))
+    }
+
+    /// The statement that reads a page of a uuid column's version 7 values
+    /// (only those can be IDs: the others are passed over in the database,
+    /// not here), from the largest down, below `$1` (or at it, unless
+    /// `strict`), through the column's index where it has one.
+    fn uuid_page(&self, strict: bool) -> String {
+        let col = ident(&self.column);
+        format!(
+            "SELECT {col}::pg_catalog.uuid FROM {} WHERE {col} IS NOT NULL \
+             AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) OPERATOR(pg_catalog.=) '7' \
+             AND {col}::pg_catalog.uuid OPERATOR(pg_catalog.{}) $1::pg_catalog.uuid ORDER BY {col} DESC LIMIT {UUID_PAGE}",
+            self.relation(),
+            if strict { "<" } else { "<=" }
+        )
+    }
+
+    /// The statement that reads a number column's largest value, as text,
+    /// of those at or above 0 (and at or below `$1` if `upper`).
     fn statement(&self, upper: bool) -> String {
-        // ONLY: an inheriting table is read as a table of its own.
-        let rel = format!("ONLY {}.{}", ident(&self.schema), ident(&self.table));
+        let rel = self.relation();
         let col = ident(&self.column);
         let bound = |ty: &str| {
             if upper {
@@ -118,13 +146,7 @@ impl Column {
             }
         };
         match self.kind {
-            // Only version 7 UUIDs can be IDs: the others are passed over in
-            // the database, not here.
-            Kind::Uuid => format!(
-                "SELECT {col}::pg_catalog.uuid FROM {rel} WHERE {col} IS NOT NULL \
-                 AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) OPERATOR(pg_catalog.=) '7'{} ORDER BY {col} DESC",
-                bound("uuid")
-            ),
+            Kind::Uuid => self.uuid_page(false),
             Kind::Bigint => format!(
                 "SELECT pg_catalog.max({col}::pg_catalog.int8)::pg_catalog.text FROM {rel} \
                  WHERE {col}::pg_catalog.int8 OPERATOR(pg_catalog.>=) 0{}",
@@ -170,30 +192,32 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
         }
     }
     for c in columns {
-        let (value, ahead) = role::acting_as(c.owner, || {
-            if c.kind == Kind::Uuid {
-                return highest_uuid(c, layout, upper);
-            }
-            let read = |bounded: bool| {
-                let args = if bounded {
-                    vec![DatumWithOid::from(upper)]
-                } else {
-                    vec![]
+        let (value, ahead) = if c.direct {
+            largest_stored(c, layout, upper)
+        } else {
+            role::acting_as(c.owner, || {
+                if c.kind == Kind::Uuid {
+                    return highest_uuid(c, layout, upper);
+                }
+                let read = |bounded: bool| {
+                    let args = if bounded {
+                        vec![DatumWithOid::from(upper)]
+                    } else {
+                        vec![]
+                    };
+                    let mut largest = None;
+                    spi::each_of_latest_data(&c.statement(bounded), &args, 1, |row| {
+                        largest = row.get::<String>(1)?;
+                        Ok(false)
+                    });
+                    largest.as_deref().and_then(parse_number)
                 };
-                spi::ok(Spi::connect(|client| {
-                    client
-                        .select(&c.statement(bounded), Some(1), &args)?
-                        .first()
-                        .get_one::<String>()
-                }))
-                .as_deref()
-                .and_then(parse_number)
-            };
-            match read(false) {
-                Some(v) if v > upper => (read(true), Some(v)),
-                v => (v, None),
-            }
-        });
+                match read(false) {
+                    Some(v) if v > upper => (read(true), Some(v)),
+                    v => (v, None),
+                }
+            })
+        };
         if let Some(v) = value {
             keep(&mut found.highest, v, c);
         }
@@ -204,37 +228,73 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
     found
 }
 
+/// The largest ID of a column at or below `upper`, and the largest above
+/// it, read at the storage level (every row: no index is used).
+fn largest_stored(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
+    let (mut below, mut above) = (None::<i64>, None::<i64>);
+    let ty = match c.kind {
+        Kind::Bigint => scan::Type::Int8,
+        Kind::Numeric => scan::Type::Numeric,
+        Kind::Uuid => scan::Type::Uuid,
+    };
+    scan::each_value(c.rel, c.attnum, ty, |value| {
+        let id = match value {
+            scan::Value::Int8(v) => Some(v),
+            scan::Value::Numeric(text) => parse_number(&text),
+            scan::Value::Uuid(b) => (b[6] >> 4 == 7)
+                .then(|| uuid::to_id(layout, &b).ok())
+                .flatten(),
+        };
+        match id {
+            Some(id) if (0..=upper).contains(&id) => below = below.max(Some(id)),
+            Some(id) if id > upper => above = above.max(Some(id)),
+            _ => {}
+        }
+    });
+    (below, above)
+}
+
+/// How many UUIDs one read of a uuid column takes.
+const UUID_PAGE: usize = 256;
+
 /// The ID of the largest UUID of a column that holds one of `layout` at
 /// or below `upper`, and the largest above it if any (read from the
-/// largest down, through the column's index where it has one).
+/// largest down, a page at a time, through the column's index where it has
+/// one).
 fn highest_uuid(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
-    let first = |bounded: bool| {
-        let bound = bounded
-            .then(|| uuid::from_id(layout, upper, u128::MAX).ok())
-            .flatten()
-            .map(pgrx::Uuid::from_bytes);
-        let args = bound
-            .map(|b| vec![DatumWithOid::from(b)])
-            .unwrap_or_default();
-        spi::ok(Spi::connect(|client| {
-            let mut cursor = client.open_cursor(&c.statement(bound.is_some()), &args);
-            loop {
-                let rows = cursor.fetch(256)?;
-                if rows.is_empty() {
-                    return Ok(None);
-                }
-                for row in rows {
+    let first = |from: [u8; 16]| {
+        let (mut from, mut strict) = (from, false);
+        loop {
+            let (mut read, mut found) = (0, None);
+            spi::each_of_latest_data(
+                &c.uuid_page(strict),
+                &[DatumWithOid::from(pgrx::Uuid::from_bytes(from))],
+                0,
+                |row| {
+                    read += 1;
                     if let Some(u) = row.get::<pgrx::Uuid>(1)? {
+                        from = *u.as_bytes();
                         if let Ok(id) = uuid::to_id(layout, u.as_bytes()) {
-                            return Ok(Some(id));
+                            found = Some(id);
+                            return Ok(false);
                         }
                     }
-                }
+                    Ok(true)
+                },
+            );
+            if found.is_some() || read < UUID_PAGE {
+                return found;
             }
-        }))
+            strict = true;
+        }
     };
-    match first(false) {
-        Some(v) if v > upper => (first(true).filter(|&id| id <= upper), Some(v)),
+    match first([0xff; 16]) {
+        Some(v) if v > upper => {
+            let below = uuid::from_id(layout, upper, u128::MAX)
+                .ok()
+                .and_then(|b| first(b).filter(|&id| id <= upper));
+            (below, Some(v))
+        }
         v => (v, None),
     }
 }
@@ -249,6 +309,18 @@ const BASES: &str = "bases(oid, base) AS (
              UNION ALL
              SELECT t.oid, b.base FROM pg_catalog.pg_type t JOIN bases b ON t.typbasetype = b.oid
              WHERE t.typtype = 'd')";
+
+/// Whether reading a column of table `c` (its attribute `a`) with a
+/// statement, as the table's owner, would run code the owner controls or
+/// fail by the owner's will: a row-level security policy forced on the
+/// owner, the owner's SELECT revoked, an index's expression or predicate
+/// or a statistics object (the planner evaluates them). Such columns are
+/// read at the storage level; the others through their index.
+const DIRECT: &str = "(c.relrowsecurity AND c.relforcerowsecurity
+                       OR NOT pg_catalog.has_column_privilege(c.relowner, c.oid, a.attnum, 'SELECT')
+                       OR EXISTS (SELECT FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid
+                                  AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL))
+                       OR EXISTS (SELECT FROM pg_catalog.pg_statistic_ext x WHERE x.stxrelid = c.oid))";
 
 /// A column's kind, as SQL over `bases b`, for [`columns`].
 const KIND: &str = "CASE b.base WHEN 'pg_catalog.uuid'::pg_catalog.regtype THEN 'u'
@@ -318,10 +390,11 @@ fn id_columns() -> Vec<Column> {
              WHERE f.relkind = 'p' AND t.isleaf AND l.relkind = 'r'
                AND l.relpersistence OPERATOR(pg_catalog.<>) 't')
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
-                {KIND}, c.relowner
+                {KIND}, c.relowner, c.oid, a.attnum, {DIRECT}
          FROM tables t
          JOIN (SELECT DISTINCT base FROM bases) b ON b.base = t.base
          JOIN pg_catalog.pg_class c ON c.oid = t.rel
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.rel AND a.attname = t.attname
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
          ORDER BY 1, 2, 3",
         generators = catalog::generating_functions_query()
@@ -337,7 +410,7 @@ fn all_columns() -> Vec<Column> {
     columns(&format!(
         "WITH RECURSIVE {BASES}
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
-                {KIND}, c.relowner
+                {KIND}, c.relowner, c.oid, a.attnum, {DIRECT}
          FROM pg_catalog.pg_attribute a
          JOIN bases b ON b.oid = a.atttypid
          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -351,23 +424,25 @@ fn all_columns() -> Vec<Column> {
 }
 
 fn columns(query: &str) -> Vec<Column> {
-    spi::ok(Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in client.select(query, None, &[])? {
-            out.push(Column {
-                schema: row.get::<String>(1)?.unwrap_or_default(),
-                table: row.get::<String>(2)?.unwrap_or_default(),
-                column: row.get::<String>(3)?.unwrap_or_default(),
-                kind: match row.get::<String>(4)?.as_deref() {
-                    Some("u") => Kind::Uuid,
-                    Some("n") => Kind::Numeric,
-                    _ => Kind::Bigint,
-                },
-                owner: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
-            });
-        }
-        Ok(out)
-    }))
+    let mut out = Vec::new();
+    spi::each_of_latest_data(query, &[], 0, |row| {
+        out.push(Column {
+            schema: row.get::<String>(1)?.unwrap_or_default(),
+            table: row.get::<String>(2)?.unwrap_or_default(),
+            column: row.get::<String>(3)?.unwrap_or_default(),
+            kind: match row.get::<String>(4)?.as_deref() {
+                Some("u") => Kind::Uuid,
+                Some("n") => Kind::Numeric,
+                _ => Kind::Bigint,
+            },
+            owner: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
+            rel: row.get::<pg_sys::Oid>(6)?.unwrap_or(pg_sys::InvalidOid),
+            attnum: row.get::<i16>(7)?.unwrap_or(0),
+            direct: row.get::<bool>(8)?.unwrap_or(true),
+        });
+        Ok(true)
+    });
+    out
 }
 
 /// The record's OID, if this database's extension has one (0.1.0 had none):
@@ -385,28 +460,48 @@ fn record() -> Option<pg_sys::Oid> {
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
 
+/// The tables of this database's subscriptions, as SQL from `FROM` on
+/// (`r`: `pg_subscription_rel`). Citus's own subscriptions move shards
+/// between the nodes of one cluster, whose IDs are its own (their names:
+/// Citus's multi_logical_replication.c).
+const SUBSCRIBED: &str = "FROM pg_catalog.pg_subscription_rel r
+     JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) r.srsubid
+     WHERE NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_move_subscription_')
+       AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_split_subscription_')";
+
+/// Whether a table of this database's subscriptions is being copied (or
+/// waits to be), as the newest committed data says.
+fn copies_under_way() -> bool {
+    let mut any = false;
+    spi::each_of_latest_data(
+        &format!("SELECT 1 {SUBSCRIBED} AND r.srsubstate IN ('i', 'd') LIMIT 1"),
+        &[],
+        1,
+        |_| {
+            any = true;
+            Ok(false)
+        },
+    );
+    any
+}
+
 /// The record's rows, and the state of this database's subscriptions'
-/// finished initial copies. Read-only statements (pgrx's
-/// `Spi::get_one` would give the caller's transaction an XID, and its
+/// finished initial copies, as the newest committed data has them (a
+/// restore that committed after the caller's transaction began is what the
+/// check is for, whether or not that transaction wrote). Read-only
+/// statements (a write would give the caller's transaction an XID, and its
 /// commit a wait for a synchronous standby that may never answer), as
 /// plain as they can be: they run in every session's first ID, where a
 /// cold backend pays for each operator and aggregate it looks up.
 fn read_record() -> (Vec<FloorRow>, Option<u64>) {
-    spi::ok(Spi::connect(|client| {
-        let mut finished = Vec::new();
-        for row in client.select(
-            // Citus's own subscriptions move shards between the nodes of
-            // one cluster, whose IDs are its own (their names: Citus's
-            // multi_logical_replication.c).
-            "SELECT r.srsubid, r.srrelid, r.srsublsn::pg_catalog.text
-             FROM pg_catalog.pg_subscription_rel r
-             JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) r.srsubid
-             WHERE r.srsubstate IN ('f', 's', 'r')
-               AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_move_subscription_')
-               AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_split_subscription_')",
-            None,
-            &[],
-        )? {
+    let mut finished = Vec::new();
+    spi::each_of_latest_data(
+        &format!(
+            "SELECT r.srsubid, r.srrelid, r.srsublsn::pg_catalog.text {SUBSCRIBED} AND r.srsubstate IN ('f', 's', 'r')"
+        ),
+        &[],
+        0,
+        |row| {
             finished.push(copies::FinishedCopy {
                 subscription: row.get::<pg_sys::Oid>(1)?.map_or(0, |o| o.to_u32()),
                 table: row.get::<pg_sys::Oid>(2)?.map_or(0, |o| o.to_u32()),
@@ -416,14 +511,17 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
                     .and_then(parse_lsn)
                     .unwrap_or(0),
             });
-        }
-        let mut rows = Vec::new();
-        for row in client.select(
-            "SELECT system_identifier, arrival, covers, subscription_copies, floor
-             FROM snowflake_id.snowflake_floors WHERE backfilled IS NULL",
-            None,
-            &[],
-        )? {
+            Ok(true)
+        },
+    );
+    let mut rows = Vec::new();
+    spi::each_of_latest_data(
+        "SELECT system_identifier, arrival, covers, subscription_copies, floor,
+                (pg_catalog.date_part('epoch', at) * 1000)::pg_catalog.int8
+         FROM snowflake_id.snowflake_floors WHERE backfilled IS NULL",
+        &[],
+        0,
+        |row| {
             rows.push(FloorRow {
                 system_identifier: row.get::<i64>(1)?.unwrap_or(0),
                 arrival: row.get::<pgrx::Uuid>(2)?.map_or(0, arrival),
@@ -437,10 +535,12 @@ fn read_record() -> (Vec<FloorRow>, Option<u64>) {
                     .collect(),
                 subscription_copies: row.get::<i64>(4)?.map(|v| v as u64),
                 floor: row.get::<i64>(5)?,
+                written_ms: row.get::<i64>(6)?.unwrap_or(0),
             });
-        }
-        Ok((rows, copies::copies_state(&finished)))
-    }))
+            Ok(true)
+        },
+    );
+    (rows, copies::copies_state(&finished))
 }
 
 /// A row's arrival as the core counts it.
@@ -464,8 +564,8 @@ fn write_record(me: i64, covers: &[u128], copies: Option<u64>, floor: Option<i64
     }
     own_write(|| {
         spi::run(
-            "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscription_copies, floor)
-             VALUES ($1, $2, $3, $4)",
+            "INSERT INTO snowflake_id.snowflake_floors (system_identifier, covers, subscription_copies, floor, at)
+             VALUES ($1, $2, $3, $4, pg_catalog.to_timestamp($5::pg_catalog.float8 / 1000))",
             &[
                 DatumWithOid::from(me),
                 DatumWithOid::from(
@@ -476,6 +576,9 @@ fn write_record(me: i64, covers: &[u128], copies: Option<u64>, floor: Option<i64
                 ),
                 DatumWithOid::from(copies.map(|v| v as i64)),
                 DatumWithOid::from(floor),
+                // The clock the floor was made at: a restart continues
+                // from it exactly (`continue_term`).
+                DatumWithOid::from(clock::now_ms()),
             ],
         )
     });
@@ -719,22 +822,22 @@ pub fn recorded_leases() -> Result<Vec<Raise>, Failure> {
 /// writes them (only its own rows and a superuser's keep the column, see
 /// floors.sql); any other shape is passed over, never raised on.
 fn read_leases() -> Vec<Raise> {
-    spi::ok(Spi::connect(|client| {
-        let mut out = Vec::new();
-        for row in client.select(
-            "SELECT backfilled[1], backfilled[2], backfilled[3] FROM snowflake_id.snowflake_floors \
-             WHERE pg_catalog.cardinality(backfilled) OPERATOR(pg_catalog.=) 3",
-            None,
-            &[],
-        )? {
+    let mut out = Vec::new();
+    spi::each_of_latest_data(
+        "SELECT backfilled[1], backfilled[2], backfilled[3] FROM snowflake_id.snowflake_floors \
+         WHERE pg_catalog.cardinality(backfilled) OPERATOR(pg_catalog.=) 3",
+        &[],
+        0,
+        |row| {
             if let (Some(lo), Some(hi), Some(depth)) =
                 (row.get::<i64>(1)?, row.get::<i64>(2)?, row.get::<i64>(3)?)
             {
                 out.extend(Raise::from_row(&[lo, hi, depth]));
             }
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    }))
+            Ok(true)
+        },
+    );
+    out
 }
 
 /// Notes in this database's record a floor `snowflake_resume_above(id)`
@@ -771,18 +874,17 @@ pub fn problem(shm: &Shmem) -> Option<Failure> {
     record().is_none().then(not_updated)
 }
 
-/// After a restart, IDs go on from where the floor this server made found
-/// copied IDs ahead of its clock, until the clock gets there.
+/// After a restart, IDs go on where they were after a floor this server
+/// made above copied IDs ahead of its clock (the lead melting since, at an
+/// eighth of the clock's pace).
 fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
-    let now = clock::now_ms();
-    if let Some(at) = rows
+    if let Some(term) = rows
         .iter()
         .filter(|r| r.system_identifier == me)
-        .filter_map(|r| r.floor)
-        .filter_map(|f| copies::continue_from_ms(&cfg.layout, f, now))
+        .filter_map(|r| copies::continue_term(&cfg.layout, r.floor?, r.written_ms))
         .max()
     {
-        shm.continue_from(at);
+        shm.continue_with(term);
     }
 }
 
@@ -842,10 +944,11 @@ pub fn resume_above_everything(
 }
 
 /// Before `DROP SUBSCRIPTION` or `ALTER SUBSCRIPTION`: copies of this
-/// database's subscriptions that no floor of this server covers are noted
-/// in the record (a row of `COPIED_UNFLOORED`, in the statement's
-/// transaction), since the statement may take the catalog's account of
-/// them away. A database without the record has no IDs to protect.
+/// database's subscriptions that no floor of this server covers, or that
+/// are under way, are noted in the record (a row of `COPIED_UNFLOORED`, in
+/// the statement's transaction), since the statement may take the
+/// catalog's account of them away. A database without the record has no
+/// IDs to protect.
 pub fn before_subscription_change() {
     if crate::shmem::get().is_none() || process::read_only_transaction() {
         return;
@@ -856,7 +959,11 @@ pub fn before_subscription_change() {
             return;
         }
         let (rows, copies_now) = read_record();
-        if copies_now.is_some() && copies::floor_needed(me, &rows, copies_now).is_some() {
+        // A table still being copied counts too: its copy may commit
+        // between this check and the statement's removal of its state.
+        let uncovered =
+            copies_now.is_some() && copies::floor_needed(me, &rows, copies_now).is_some();
+        if uncovered || copies_under_way() {
             spi::run(
                 "INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ($1)",
                 &[DatumWithOid::from(copies::COPIED_UNFLOORED)],

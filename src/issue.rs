@@ -43,7 +43,7 @@ impl Env for Backend<'_> {
 
     fn wait_ms(&mut self, ms: u64) -> Result<u64, Failure> {
         let started = Instant::now();
-        clock::sleep_on_latch(ms);
+        clock::sleep_on_latch(self.shm.real_wait_ms(ms, clock::now_ms()));
         let waited_us = started.elapsed().as_micros() as u64;
         let c = &self.shm.counters;
         c.waits.fetch_add(1, Ordering::Relaxed);

@@ -62,16 +62,16 @@ CLOCK_BEHIND_S = 60
 def fill(s, dbname="postgres", rows=2000):
     """The original's data: rows in every table, then a burst of IDs into
     the event log (a batch, as fast as the generator gives them: it runs
-    ahead of the clock) and, a second later, IDs the application stored
-    itself, the newest of all."""
+    ahead of the clock) and IDs the application stored itself, the newest
+    of all (made as by a clock ten minutes ahead)."""
     for table in ("t", "ev", "u"):
         s.sql(f"INSERT INTO {table} (n) SELECT g FROM generate_series(1, {rows}) g", dbname=dbname)
     s.sql(f"INSERT INTO p (n) SELECT g FROM generate_series(1, {rows}) g", dbname=dbname)
     s.sql("INSERT INTO ev (id, n) SELECT i, 0 FROM snowflake_nextval_batch(200000) i", dbname=dbname)
-    # A second later: above everything the automatic floor reads, by more
-    # than the copy's writes take.
-    a_second_past_the_last_id(s, dbname)
-    s.sql("INSERT INTO app_made (ref, n) SELECT snowflake_nextval(), 0 FROM generate_series(1, 10)", dbname=dbname)
+    # Above everything the automatic floor reads, by more than the copy's
+    # writes take (its IDs move on with its clock after the floor).
+    s.sql("INSERT INTO app_made (ref, n) SELECT snowflake_from_timestamp(clock_timestamp() + interval '10 min') + g,"
+          " 0 FROM generate_series(1, 10) g", dbname=dbname)
     history = backfill_history(s, dbname, 0)
     return {
         "history": history,

@@ -33,6 +33,9 @@ pub struct FloorRow {
     pub subscription_copies: Option<u64>,
     /// The highest ID the floor found.
     pub floor: Option<i64>,
+    /// When the row was written, by the writing server's clock (for this
+    /// server's floors: the clock the floor was made at).
+    pub written_ms: i64,
 }
 
 /// The system identifier of a row that stands for copied rows of unknown
@@ -193,15 +196,49 @@ pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<u128> {
 /// one are continued from, as a sequence would be, rather than waited for.
 pub const COPY_LEAD_LIMIT_MS: i64 = 3_600_000;
 
-/// The instant generation treats as "now" until the clock reaches it, after
-/// a floor at `floor` (an ID of `layout`) read at `now_ms`: the start of the
-/// floor's tick, if that is ahead of the clock by no more than
-/// [`COPY_LEAD_LIMIT_MS`]. Further ahead, the floor still holds, and calls
-/// wait or fail as after a clock stepped back.
-pub fn continue_from_ms(layout: &Layout, floor: i64, now_ms: i64) -> Option<i64> {
-    let tick = layout.decode_tick(floor).ok()?;
-    let at = layout.tick_start_ms(tick);
-    (at > now_ms && at - now_ms <= COPY_LEAD_LIMIT_MS).then_some(at)
+/// How much slower than the clock the time inside IDs runs while it is
+/// ahead of the clock after a floor (a shift: an eighth). IDs then flow at
+/// seven eighths of the layout's rate, and the lead is gone after eight
+/// times its length (at most eight hours).
+pub const CATCH_UP_SHIFT: u32 = 3;
+
+/// After a floor at `floor` (an ID of `layout`) made when this server's
+/// clock read `floored_ms`: the term of [`generation_now`] that makes IDs
+/// continue from the floor's time, if that was ahead of the clock by no
+/// more than [`COPY_LEAD_LIMIT_MS`]. It depends on those two numbers alone,
+/// which the record of floors keeps, so that a restart continues exactly
+/// where IDs were. Further ahead, the floor still holds, and calls wait or
+/// fail as after a clock stepped back.
+pub fn continue_term(layout: &Layout, floor: i64, floored_ms: i64) -> Option<i64> {
+    let at = layout.tick_start_ms(layout.decode_tick(floor).ok()?);
+    let lead = at - floored_ms;
+    (lead > 0 && lead <= COPY_LEAD_LIMIT_MS).then_some(lead + (floored_ms >> CATCH_UP_SHIFT))
+}
+
+/// The instant generation works from when the clock reads `clock_ms`,
+/// given the largest [`continue_term`] (0: none): the floor's time when it
+/// was made, then a lead that melts at an eighth of the clock's pace. Time
+/// moves on with the clock (the waits the errors announce are true) and
+/// never back.
+#[inline]
+pub fn generation_now(clock_ms: i64, term: i64) -> i64 {
+    if term == 0 {
+        return clock_ms;
+    }
+    clock_ms + (term - (clock_ms >> CATCH_UP_SHIFT)).max(0)
+}
+
+/// How long to sleep, the clock reading `clock_ms`, for the time
+/// [`generation_now`] gives to move on `wait_ms`: longer while a lead
+/// melts (that time then moves at seven eighths of the clock's pace; the
+/// lead's end within the sleep only shortens what it takes).
+pub fn real_wait_ms(wait_ms: u64, clock_ms: i64, term: i64) -> u64 {
+    if generation_now(clock_ms, term) > clock_ms {
+        let pace = 1u64 << CATCH_UP_SHIFT;
+        wait_ms.saturating_mul(pace).div_ceil(pace - 1)
+    } else {
+        wait_ms
+    }
 }
 
 /// The largest ID (of any worker) that `snowflake_resume_above()` without
@@ -232,6 +269,7 @@ mod tests {
             covers: covers.to_vec(),
             subscription_copies: copies,
             floor: None,
+            written_ms: 0,
         }
     }
 
@@ -392,17 +430,31 @@ mod tests {
     }
 
     #[test]
-    fn ids_continue_from_a_floor_up_to_an_hour_ahead() {
+    fn ids_continue_from_a_floor_up_to_an_hour_ahead_and_catch_up() {
         let l = Layout::by_name("snowflake_id").unwrap();
         let now = l.epoch_ms() + 1_000_000;
         let ahead = l.lower_bound(i128::from(now + 60_000) * 1000).unwrap();
-        assert_eq!(continue_from_ms(&l, ahead, now), Some(now + 60_000));
+        let term = continue_term(&l, ahead, now).unwrap();
+        // From the floor's time, then on with the clock at 7/8 of its pace,
+        // until the lead is gone (after eight times its length).
+        assert_eq!(generation_now(now, term), now + 60_000);
+        assert_eq!(generation_now(now + 8_000, term), now + 60_000 + 7_000);
+        assert_eq!(generation_now(now + 480_000, term), now + 480_000);
+        assert_eq!(generation_now(now + 10_000_000, term), now + 10_000_000);
+        for t in (now..now + 600_000).step_by(997) {
+            assert!(generation_now(t + 1, term) >= generation_now(t, term));
+        }
+        assert_eq!(generation_now(now, 0), now);
+        // Waits while the lead melts take 8/7 as long by the clock.
+        assert_eq!(real_wait_ms(700, now, term), 800);
+        assert_eq!(real_wait_ms(700, now + 480_000, term), 700);
+        assert_eq!(real_wait_ms(700, now, 0), 700);
         let behind = l.lower_bound(i128::from(now - 60_000) * 1000).unwrap();
-        assert_eq!(continue_from_ms(&l, behind, now), None);
+        assert_eq!(continue_term(&l, behind, now), None);
         let far = l
             .lower_bound(i128::from(now + COPY_LEAD_LIMIT_MS + 1) * 1000)
             .unwrap();
-        assert_eq!(continue_from_ms(&l, far, now), None);
+        assert_eq!(continue_term(&l, far, now), None);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use crate::failure::{Class, Failure};
 use crate::layout::Layout;
 use crate::timefmt::{format_duration, format_instant, setting_value_at_least, UnixMs};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// The SQL functions that draw IDs from the generator: a column whose
 /// default calls one of them is a column of IDs.
@@ -40,8 +40,8 @@ pub fn generating_functions_sql() -> String {
         .join(", ")
 }
 
-/// The state shared by every backend. Both words sit on one cache line: a
-/// caller needs both, and one miss is cheaper than two.
+/// The state shared by every backend. Its words sit on one cache line: a
+/// caller needs each, and one miss is cheaper than several.
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -49,6 +49,9 @@ pub struct Shared {
     next: AtomicU64,
     /// Ticks below this are covered by the durable mark.
     durable_end: AtomicU64,
+    /// Where generation's time continues from after a floor above copied
+    /// IDs ahead of the clock (`copies::continue_term`; 0: none).
+    continue_term: AtomicI64,
 }
 
 impl Shared {
@@ -77,6 +80,28 @@ impl Shared {
     pub fn raise_floor(&self, floor: u64, sequence_bits: u32) {
         let first = floor.saturating_add(1).min(u64::MAX >> sequence_bits) << sequence_bits;
         self.next.fetch_max(first, Ordering::AcqRel);
+    }
+
+    /// Makes generation continue from copied IDs ahead of the clock (a
+    /// `copies::continue_term`; the furthest ahead wins).
+    pub fn continue_with(&self, term: i64) {
+        self.continue_term.fetch_max(term, Ordering::Relaxed);
+    }
+
+    /// The instant generation works from when the clock reads `clock_ms`
+    /// (one load, on the line the call reads anyway).
+    #[inline]
+    pub fn now_ms(&self, clock_ms: i64) -> i64 {
+        crate::copies::generation_now(clock_ms, self.continue_term.load(Ordering::Relaxed))
+    }
+
+    /// How long to sleep for generation's time to move on `wait_ms`.
+    pub fn real_wait_ms(&self, wait_ms: u64, clock_ms: i64) -> u64 {
+        crate::copies::real_wait_ms(
+            wait_ms,
+            clock_ms,
+            self.continue_term.load(Ordering::Relaxed),
+        )
     }
 
     /// The next counter value that may be issued.

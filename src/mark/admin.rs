@@ -136,9 +136,9 @@ pub fn floor_above(
     // sequence would, instead of waiting for this clock (up to an hour).
     // Said before the floor is raised: sessions issuing meanwhile would
     // otherwise find the next ID that far ahead of their clock and fail.
-    let continues = copies::continue_from_ms(layout, id, now);
-    if let Some(at) = continues {
-        shm.continue_from(at);
+    let continues = copies::continue_term(layout, id, now);
+    if let Some(term) = continues {
+        shm.continue_with(term);
     }
     let w = shm.mark.with_lock(|| {
         resume::floor_if_copied(shm, cfg, lim);
@@ -157,7 +157,7 @@ pub fn floor_above(
     );
     if ahead > 0 && continues.is_some() {
         text.push_str(&format!(
-            ", {} ahead of the clock: IDs continue from there until the clock catches up",
+            ", {} ahead of the clock: IDs continue from there, at seven eighths of the clock's pace until it catches up",
             format_duration(ahead as u64)
         ));
     } else if ahead > 0 {

@@ -15,6 +15,7 @@ pub mod lock;
 pub mod process;
 pub mod role;
 pub mod row;
+pub mod scan;
 pub mod signals;
 pub mod spi;
 pub mod text;

@@ -57,6 +57,70 @@ pub fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Runs the read-only `query` (which may hold any name) with `args`
+/// against the newest committed data, not the transaction's snapshot, and
+/// hands `row` each of at most `limit` rows (0: all) until it returns
+/// false. pgrx's SPI reads with the transaction's snapshot once the
+/// transaction has an XID (a repeatable-read one's from its start),
+/// whatever snapshot is active: data committed since would be missed. An
+/// error in the statement is raised by Postgres itself.
+pub fn each_of_latest_data(
+    query: &str,
+    args: &[DatumWithOid<'_>],
+    limit: i64,
+    mut row: impl FnMut(&pgrx::spi::SpiHeapTupleData<'_>) -> SpiResult<bool>,
+) {
+    use pgrx::pg_sys;
+    let sql = std::ffi::CString::new(super::charset::to_server(query)).unwrap_or_default();
+    let mut types: Vec<pg_sys::Oid> = args.iter().map(|a| a.oid()).collect();
+    let mut values: Vec<pg_sys::Datum> = args
+        .iter()
+        .map(|a| {
+            a.datum()
+                .map_or(pg_sys::Datum::from(0), |d| d.sans_lifetime())
+        })
+        .collect();
+    let nulls: Vec<std::ffi::c_char> = args
+        .iter()
+        .map(|a| if a.datum().is_some() { b' ' } else { b'n' } as std::ffi::c_char)
+        .collect();
+    ok(Spi::connect(|_| {
+        // SAFETY: SPI is connected; the plan, the snapshot and the rows
+        // live in SPI's memory until it disconnects, after `row` has read
+        // what it keeps (copied out by FromDatum). The arrays hold one
+        // entry per argument, as SPI_prepare was told.
+        unsafe {
+            let plan = pg_sys::SPI_prepare(sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
+            if plan.is_null() {
+                return Err(SpiError::NoTupleTable);
+            }
+            let rc = pg_sys::SPI_execute_snapshot(
+                plan,
+                values.as_mut_ptr(),
+                nulls.as_ptr(),
+                pg_sys::GetLatestSnapshot(),
+                std::ptr::null_mut(),
+                true,
+                false,
+                limit,
+            );
+            let table = pg_sys::SPI_tuptable;
+            if rc != pg_sys::SPI_OK_SELECT as i32 || table.is_null() {
+                return Err(SpiError::NoTupleTable);
+            }
+            for i in 0..pg_sys::SPI_processed as usize {
+                let tuple = *(*table).vals.add(i);
+                if let Some(data) = pgrx::spi::SpiHeapTupleData::new((*table).tupdesc, tuple)? {
+                    if !row(&data)? {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }))
+}
+
 /// The `int8` in the first column of the first row of `query` (in the
 /// database's encoding), read from the newest committed data, not the
 /// transaction's snapshot; `Some(None)` where there is no row or it is

@@ -46,9 +46,6 @@ pub struct Shmem {
     pub floored: snowflake_id_core::floored::Checked,
     pub judged: snowflake_id_core::judged::Judged,
     started_at_ms: AtomicI64,
-    /// The instant generation treats as now until the clock reaches it: the
-    /// time of copied IDs a floor found ahead of this server's clock (0: none).
-    continue_from_ms: AtomicI64,
     slot_count: u64,
 }
 
@@ -187,7 +184,6 @@ impl Shmem {
             floored: Default::default(),
             judged: Default::default(),
             started_at_ms: AtomicI64::new(now_ms()),
-            continue_from_ms: AtomicI64::new(0),
             slot_count,
         }
     }
@@ -197,18 +193,21 @@ impl Shmem {
         self.started_at_ms.load(Ordering::Relaxed)
     }
 
-    /// Makes generation treat `at_ms` as now until the clock reaches it
-    /// (never earlier than it was told before).
-    pub fn continue_from(&self, at_ms: i64) {
-        self.continue_from_ms.fetch_max(at_ms, Ordering::Relaxed);
+    /// Makes generation continue from copied IDs ahead of the clock.
+    pub fn continue_with(&self, term: i64) {
+        self.gen.continue_with(term);
     }
 
     /// The instant generation works from when the clock reads `clock_ms`:
-    /// the clock, or the time of copied IDs ahead of it (one load, on the
-    /// quick path).
+    /// the clock, or the time of copied IDs ahead of it, catching up.
     #[inline]
     pub fn generation_now(&self, clock_ms: i64) -> i64 {
-        clock_ms.max(self.continue_from_ms.load(Ordering::Relaxed))
+        self.gen.now_ms(clock_ms)
+    }
+
+    /// How long to sleep for generation's time to move on `wait_ms`.
+    pub fn real_wait_ms(&self, wait_ms: u64, clock_ms: i64) -> u64 {
+        self.gen.real_wait_ms(wait_ms, clock_ms)
     }
 
     #[inline]

@@ -180,6 +180,71 @@ def test_a_logical_copy_cut_over_with_drop_subscription_is_floored_through_a_cra
         assert any("dropped or changed before a floor" in line for line in copy_floors(b)), copy_floors(b)
 
 
+def test_a_subscription_dropped_while_a_table_is_being_copied_is_noted():
+    """DROP SUBSCRIPTION while a table's initial copy is under way (here it
+    keeps failing on a row the copy's server holds already): the copy could
+    commit between the extension's look and the drop, so the record is told
+    all the same, and the next ID floors."""
+    with servers() as made:
+        a = Server("copying-a", conf={"wal_level": "logical"})
+        made.append(a)
+        a.start()
+        a.sql(SCHEMA)
+        a.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 100) g")
+        a.sql("CREATE PUBLICATION pub FOR TABLE t")
+        clash = a.one("SELECT min(id) FROM t")
+        b = copy_target(made, "copying-b")
+        b.sql(SCHEMA)
+        b.sql(f"INSERT INTO t (id, n) VALUES ({clash}, -1)")
+        b.sql(f"CREATE SUBSCRIPTION sub CONNECTION 'host={a.dir} port={a.port} user=postgres dbname=postgres'"
+              " PUBLICATION pub")
+        b.wait_for_log("duplicate key value violates unique constraint", what="the copy did not begin")
+        assert b.one("SELECT count(*) FROM pg_subscription_rel WHERE srsubstate IN ('i', 'd')") == 1
+        b.sql("DROP SUBSCRIPTION sub")
+        assert b.one("SELECT count(*) FROM snowflake_id.snowflake_floors WHERE system_identifier = 0") == 1
+        b.sql("INSERT INTO t (n) VALUES (1)")
+        assert any("dropped or changed before a floor" in line for line in copy_floors(b)), copy_floors(b)
+
+
+def test_a_data_only_restore_into_a_database_in_use_floors_its_open_sessions():
+    """pg_restore --data-only into a database whose sessions already take
+    IDs (a pool's): the record's rows the restore writes make every session
+    check again before its next ID once the restore commits, the sessions
+    already open included, in repeatable-read transactions whose snapshot
+    predates it: one that only read, and one that had written (which SPI
+    would otherwise read with its own snapshot)."""
+    with servers() as made:
+        a, data = original(made, "dataonly-a")
+        b = copy_target(made, "dataonly-b")
+        b.sql(SCHEMA)
+        dump = os.path.join(b.dir, "a.dump")
+        shell(f"{PG_BIN}/pg_dump -Fc --data-only {conn_args(a)} -d postgres -f {dump}")
+        a.stop()
+        before = b.one("SELECT snowflake_nextval()")
+        assert before < data["top"], "the case is not made: the copy's IDs are below this server's"
+        sessions = []
+        for writes in (False, True):
+            conn = b.connect(autocommit=False)
+            cur = conn.cursor()
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cur.execute("SELECT count(*) FROM t")
+            cur.fetchone()
+            if writes:
+                cur.execute("INSERT INTO app_made (ref, n) VALUES (1, -2)")
+            sessions.append((conn, cur))
+        rows = b.one("SELECT count(*) FROM t")
+        shell(f"{PG_BIN}/pg_restore {conn_args(b)} -d postgres --data-only --single-transaction"
+              f" --exit-on-error {dump}")
+        for conn, cur in sessions:
+            cur.execute("SELECT snowflake_nextval(), (SELECT count(*) FROM t)")
+            after, rows_after = cur.fetchone()
+            assert rows_after == rows, "the case is not made: the transaction sees the restored rows"
+            assert after > data["top"], f"an open session issued {after}, below the restored {data['top']}"
+            conn.rollback()
+            conn.close()
+        check_copy(b, data, what="a data-only restore into a database in use")
+
+
 def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
     """Two subscriptions from two publishers. The second copy ends at an LSN
     of its own publisher's that is smaller than where the first copy ended

@@ -142,3 +142,53 @@ def test_a_floor_holds_no_one_for_its_callers_transaction_and_an_aborted_one_flo
             except psycopg2.Error as e:
                 assert e.pgcode == "0A000", e
                 conn.rollback()
+
+
+# What a table's owner, with no other privilege, can do to make a statement
+# that reads its table fail or wait (each after the table holds its IDs).
+OWNER_TRAPS = {
+    "revoked": "REVOKE SELECT ON revoked FROM evil",
+    "raising": """
+        CREATE FUNCTION boom() RETURNS boolean LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION 'boom'; END$$;
+        ALTER TABLE raising ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE raising FORCE ROW LEVEL SECURITY;
+        CREATE POLICY p ON raising USING (boom())""",
+    "sleeping": """
+        ALTER TABLE sleeping ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE sleeping FORCE ROW LEVEL SECURITY;
+        CREATE POLICY p ON sleeping USING (pg_sleep(3600) IS NOT NULL)""",
+    # The planner folds an index predicate's immutable calls of constants,
+    # as whoever plans (a fresh backend's relation cache): armed afterwards.
+    "predicate": """
+        CREATE TABLE armed (on_ boolean);
+        INSERT INTO armed VALUES (false);
+        CREATE FUNCTION trap(int) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS
+          $$BEGIN IF (SELECT on_ FROM public.armed) THEN RAISE EXCEPTION 'trap'; END IF; RETURN true; END$$;
+        CREATE INDEX ON predicate (id) WHERE trap(1);
+        UPDATE armed SET on_ = true""",
+}
+
+
+def test_a_table_owner_can_neither_fail_nor_stall_a_floor_nor_hide_its_ids():
+    """Each trap set by the owner of a table that holds IDs: a floor a
+    restore asks for reads such tables at the storage level (no statement,
+    so no policy, privilege or planner), and another role's first ID
+    neither fails nor waits, and is above the table's IDs. (A failed or
+    stalled read fails here: a statement timeout bounds the wait, far
+    beyond what any read takes, far below the policy's sleep.)"""
+    with server("checks-owner") as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("GRANT CREATE ON SCHEMA public TO evil")
+        for k, (table, trap) in enumerate(OWNER_TRAPS.items(), 1):
+            s.sql(f"CREATE TABLE {table} (id bigint DEFAULT snowflake_nextval())", user="evil")
+            v = s.one(f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{3 * k} min')")
+            s.sql(f"INSERT INTO {table} (id) VALUES ({v})", user="evil")
+            s.sql(trap, user="evil")
+            s.sql(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ({2000 + k})")
+            got = s.one("SET statement_timeout = '120s'; SELECT snowflake_nextval()", user="app")
+            assert got > v, f"the floor missed {table}"
+        # Every trap is armed: a statement reading the tables fails or waits.
+        for table in ("revoked", "raising", "predicate"):
+            code, _, _ = s.error(f"SELECT max(id) FROM {table}", user="evil")
+            assert code in ("42501", "P0001"), (table, code)

@@ -188,3 +188,19 @@ def test_sessions_issuing_ids_never_fail_while_another_floors_ahead_of_the_clock
             for t in threads:
                 t.join()
         assert errors == [], errors[:3]
+
+
+def test_after_a_floor_ahead_of_the_clock_ids_flow_at_the_layouts_rate():
+    """js53 issues 65,536 IDs a second, and max_lead lets IDs borrow ten
+    seconds of them. After a floor above copied IDs 40 s ahead of the
+    clock, a million IDs in one statement do not fail: the time inside IDs
+    moves on from the copied ones' at seven eighths of the clock's pace,
+    so calls beyond the borrowed seconds wait a tick, not the 40 s until
+    the clock gets there (which max_wait refuses)."""
+    with server("copies-rate", conf={"snowflake_id.layout": "'js53'"}) as s:
+        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        v = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '40 s')")
+        s.sql(f"INSERT INTO t (id) VALUES ({v})")
+        ask_for_a_floor(s, 1)
+        s.sql("INSERT INTO t SELECT FROM generate_series(1, 1000000)")
+        assert s.one(f"SELECT count(*) FROM t WHERE id > {v}") == 1_000_000
