@@ -23,6 +23,10 @@ pub struct Ff1<C> {
     b: usize,
     /// Bytes of each round's output taken as y.
     d: usize,
+    /// Whether the radix is a power of two: then radix^u and radix^v are
+    /// too, and reducing by them is a mask, not a 128-bit division (which
+    /// a round would otherwise pay three times).
+    pow2: bool,
 }
 
 impl<C: BlockCipherEncrypt> Ff1<C> {
@@ -55,7 +59,18 @@ impl<C: BlockCipherEncrypt> Ff1<C> {
             mod_v,
             b,
             d,
+            pow2: radix.is_power_of_two(),
         })
+    }
+
+    /// `x` mod `m` (`m` one of the halves' moduli).
+    #[inline]
+    fn reduce(&self, x: u128, m: u128) -> u128 {
+        if self.pow2 {
+            x & (m - 1)
+        } else {
+            x % m
+        }
     }
 
     /// The two halves' moduli: radix^u for A, radix^v for B.
@@ -81,6 +96,20 @@ impl<C: BlockCipherEncrypt> Ff1<C> {
     /// tweak, zeros to a block boundary, i and `half` in b bytes.
     fn y(&self, start: &Block<C>, tweak: &[u8], i: u8, half: u128) -> u128 {
         let mut r = start.clone();
+        if tweak.len() + self.b < 16 {
+            // Q is one block: the tweak, zeros, then i and the half's b
+            // bytes ending it (half < 2^(8b)), built as one number.
+            let mut t = [0u8; 16];
+            t[..tweak.len()].copy_from_slice(tweak);
+            let q = u128::from_be_bytes(t) | (u128::from(i) << (8 * self.b)) | half;
+            for (x, q) in r.iter_mut().zip(q.to_be_bytes()) {
+                *x ^= q;
+            }
+            self.cipher.encrypt_block(&mut r);
+            return r[..self.d]
+                .iter()
+                .fold(0u128, |y, &byte| (y << 8) | u128::from(byte));
+        }
         let pad = (16 - (tweak.len() + self.b + 1) % 16) % 16;
         let total = tweak.len() + pad + 1 + self.b;
         let q_byte = |k: usize| -> u8 {
@@ -112,8 +141,8 @@ impl<C: BlockCipherEncrypt> Ff1<C> {
         let (mut a, mut b) = (a, b);
         for i in 0..10u8 {
             let m = if i % 2 == 0 { self.mod_u } else { self.mod_v };
-            let y = self.y(start, tweak, i, b) % m;
-            let c = (a % m + y) % m;
+            let y = self.reduce(self.y(start, tweak, i, b), m);
+            let c = self.reduce(self.reduce(a, m) + y, m);
             (a, b) = (b, c);
         }
         (a, b)
@@ -124,8 +153,8 @@ impl<C: BlockCipherEncrypt> Ff1<C> {
         let (mut a, mut b) = (a, b);
         for i in (0..10u8).rev() {
             let m = if i % 2 == 0 { self.mod_u } else { self.mod_v };
-            let y = self.y(start, tweak, i, a) % m;
-            let c = (b % m + m - y) % m;
+            let y = self.reduce(self.y(start, tweak, i, a), m);
+            let c = self.reduce(self.reduce(b, m) + m - y, m);
             (b, a) = (a, c);
         }
         (a, b)

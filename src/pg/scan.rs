@@ -37,7 +37,11 @@ pub fn each_value(rel: pg_sys::Oid, attnum: i16, ty: Type, mut each: impl FnMut(
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let relation = pg_sys::table_open(rel, lock);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        // 19 takes ScanOptions beyond a plain sequential scan's: none here.
+        #[cfg(not(feature = "pg19"))]
         let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut());
+        #[cfg(feature = "pg19")]
+        let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut(), 0);
         let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
         let per_row = pg_sys::AllocSetContextCreateExtended(
             pg_sys::CurrentMemoryContext,
