@@ -26,25 +26,21 @@
 //! remove the catalog's account of copies no floor covered yet: before
 //! they run, the record is told (a row of `COPIED_UNFLOORED`).
 //!
-//! The extension acts on its own behalf here: the record and the catalog
-//! are read as the bootstrap superuser, from the newest committed data
-//! (never the caller's snapshot). A table whose read by a statement would
-//! run code its owner controls, or fail by the owner's will (a policy
-//! forced on the owner, the owner's own SELECT revoked, an index
-//! expression or predicate, a statistics object), is read at the storage
-//! level, every row; the others through their index, as their owner (as
-//! Postgres's own maintenance commands do), in a security-restricted
-//! operation with the search path pinned and pg_catalog's operators.
-//! Tables alone are read (never views, foreign tables, nor other sessions'
-//! temporary tables), under the caller's statement and lock timeouts.
-//! Values more than an hour ahead of the clock are not taken for IDs (one
-//! row would otherwise move the whole server's IDs that far): the floor
-//! refuses IDs until an operator settles them.
+//! The extension acts on its own behalf here: the record (only the
+//! extension's own table of that name) and the catalog are read as the
+//! bootstrap superuser, from the newest committed data (never the caller's
+//! snapshot). Every column is read at the storage level, by its table's
+//! OID (`pg::scan`): no name lookup, planner, cast, policy or privilege
+//! check, so nothing a table's owner writes or revokes runs in or fails a
+//! floor. Tables alone are read (never views, foreign tables, nor other
+//! sessions' temporary tables), under the caller's statement and lock
+//! timeouts. Values more than an hour ahead of the clock are not taken for
+//! IDs (one row would otherwise move the whole server's IDs that far):
+//! their database refuses IDs until an operator settles them.
 
 use crate::catalog;
 use crate::mark;
 use crate::pg::process::{self, ProcessLocal};
-use crate::pg::text::ident;
 use crate::pg::{clock, lock, role, scan, spi, xlog};
 use crate::shmem::Shmem;
 use pgrx::datum::DatumWithOid;
@@ -93,73 +89,19 @@ enum Kind {
     Uuid,
 }
 
-/// A column that may hold IDs: where it is, and how to read its largest.
+/// A column that may hold IDs: its name for messages, and where it is.
 struct Column {
     schema: String,
     table: String,
     column: String,
     kind: Kind,
-    owner: pg_sys::Oid,
     rel: pg_sys::Oid,
     attnum: i16,
-    /// Whether a statement reading it would run code its owner controls
-    /// (see [`DIRECT`]): then it is read at the storage level.
-    direct: bool,
 }
 
 impl Column {
     fn name(&self) -> String {
         format!("{}.{}.{}", self.schema, self.table, self.column)
-    }
-
-    /// The table, as a statement names it: ONLY, since an inheriting table
-    /// is read as a table of its own.
-    fn relation(&self) -> String {
-        format!("ONLY {}.{}", ident(&self.schema), ident(&self.table))
-    }
-
-    /// The statement that reads a page of a uuid column's version 7 values
-    /// (only those can be IDs: the others are passed over in the database,
-    /// not here), from the largest down, below `$1` (or at it, unless
-    /// `strict`), through the column's index where it has one.
-    fn uuid_page(&self, strict: bool) -> String {
-        let col = ident(&self.column);
-        format!(
-            "SELECT {col}::pg_catalog.uuid FROM {} WHERE {col} IS NOT NULL \
-             AND pg_catalog.substr({col}::pg_catalog.text, 15, 1) OPERATOR(pg_catalog.=) '7' \
-             AND {col}::pg_catalog.uuid OPERATOR(pg_catalog.{}) $1::pg_catalog.uuid ORDER BY {col} DESC LIMIT {UUID_PAGE}",
-            self.relation(),
-            if strict { "<" } else { "<=" }
-        )
-    }
-
-    /// The statement that reads a number column's largest value, as text,
-    /// of those at or above 0 (and at or below `$1` if `upper`).
-    fn statement(&self, upper: bool) -> String {
-        let rel = self.relation();
-        let col = ident(&self.column);
-        let bound = |ty: &str| {
-            if upper {
-                format!(" AND {col}::pg_catalog.{ty} OPERATOR(pg_catalog.<=) $1::pg_catalog.{ty}")
-            } else {
-                String::new()
-            }
-        };
-        match self.kind {
-            Kind::Uuid => self.uuid_page(false),
-            Kind::Bigint => format!(
-                "SELECT pg_catalog.max({col}::pg_catalog.int8)::pg_catalog.text FROM {rel} \
-                 WHERE {col}::pg_catalog.int8 OPERATOR(pg_catalog.>=) 0{}",
-                bound("int8")
-            ),
-            // Above bigint's largest, no ID; NaN sorts above every number.
-            Kind::Numeric => format!(
-                "SELECT pg_catalog.max({col}::pg_catalog.numeric)::pg_catalog.text FROM {rel} \
-                 WHERE {col}::pg_catalog.numeric OPERATOR(pg_catalog.>=) 0 \
-                 AND {col}::pg_catalog.numeric OPERATOR(pg_catalog.<=) 9223372036854775807{}",
-                bound("numeric")
-            ),
-        }
     }
 }
 
@@ -178,8 +120,8 @@ fn parse_number(text: &str) -> Option<i64> {
 }
 
 /// Reads the largest ID of each column (of `layout`; UUIDs that hold none
-/// are passed over), each as its table's owner; IDs above `upper` are not
-/// taken but kept apart (`ahead`): the caller decides what they mean.
+/// are passed over); IDs above `upper` are not taken but kept apart
+/// (`ahead`): the caller decides what they mean.
 fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
     let mut found = Found {
         highest: None,
@@ -192,36 +134,11 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
         }
     }
     for c in columns {
-        let (value, ahead) = if c.direct {
-            largest_stored(c, layout, upper)
-        } else {
-            role::acting_as(c.owner, || {
-                if c.kind == Kind::Uuid {
-                    return highest_uuid(c, layout, upper);
-                }
-                let read = |bounded: bool| {
-                    let args = if bounded {
-                        vec![DatumWithOid::from(upper)]
-                    } else {
-                        vec![]
-                    };
-                    let mut largest = None;
-                    spi::each_of_latest_data(&c.statement(bounded), &args, 1, |row| {
-                        largest = row.get::<String>(1)?;
-                        Ok(false)
-                    });
-                    largest.as_deref().and_then(parse_number)
-                };
-                match read(false) {
-                    Some(v) if v > upper => (read(true), Some(v)),
-                    v => (v, None),
-                }
-            })
-        };
-        if let Some(v) = value {
+        let (below, above) = largest(c, layout, upper);
+        if let Some(v) = below {
             keep(&mut found.highest, v, c);
         }
-        if let Some(v) = ahead {
+        if let Some(v) = above {
             keep(&mut found.ahead, v, c);
         }
     }
@@ -229,18 +146,22 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
 }
 
 /// The largest ID of a column at or below `upper`, and the largest above
-/// it, read at the storage level (every row: no index is used).
-fn largest_stored(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
+/// it, read at the storage level by the table's OID (`scan`): nothing its
+/// owner wrote runs, nothing its owner revokes or locks in a policy fails
+/// it. Through the column's index, the read stops at the first ID at or
+/// below the bound.
+fn largest(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
     let (mut below, mut above) = (None::<i64>, None::<i64>);
     let ty = match c.kind {
         Kind::Bigint => scan::Type::Int8,
         Kind::Numeric => scan::Type::Numeric,
         Kind::Uuid => scan::Type::Uuid,
     };
-    scan::each_value(c.rel, c.attnum, ty, |value| {
+    scan::read_column(c.rel, c.attnum, ty, |value, order| {
         let id = match value {
             scan::Value::Int8(v) => Some(v),
             scan::Value::Numeric(text) => parse_number(&text),
+            // Only version 7 UUIDs can hold IDs.
             scan::Value::Uuid(b) => (b[6] >> 4 == 7)
                 .then(|| uuid::to_id(layout, &b).ok())
                 .flatten(),
@@ -250,53 +171,9 @@ fn largest_stored(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Opti
             Some(id) if id > upper => above = above.max(Some(id)),
             _ => {}
         }
+        order == scan::Order::Stored || below.is_none()
     });
     (below, above)
-}
-
-/// How many UUIDs one read of a uuid column takes.
-const UUID_PAGE: usize = 256;
-
-/// The ID of the largest UUID of a column that holds one of `layout` at
-/// or below `upper`, and the largest above it if any (read from the
-/// largest down, a page at a time, through the column's index where it has
-/// one).
-fn highest_uuid(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
-    let first = |from: [u8; 16]| {
-        let (mut from, mut strict) = (from, false);
-        loop {
-            let (mut read, mut found) = (0, None);
-            spi::each_of_latest_data(
-                &c.uuid_page(strict),
-                &[DatumWithOid::from(pgrx::Uuid::from_bytes(from))],
-                0,
-                |row| {
-                    read += 1;
-                    if let Some(u) = row.get::<pgrx::Uuid>(1)? {
-                        from = *u.as_bytes();
-                        if let Ok(id) = uuid::to_id(layout, u.as_bytes()) {
-                            found = Some(id);
-                            return Ok(false);
-                        }
-                    }
-                    Ok(true)
-                },
-            );
-            if found.is_some() || read < UUID_PAGE {
-                return found;
-            }
-            strict = true;
-        }
-    };
-    match first([0xff; 16]) {
-        Some(v) if v > upper => {
-            let below = uuid::from_id(layout, upper, u128::MAX)
-                .ok()
-                .and_then(|b| first(b).filter(|&id| id <= upper));
-            (below, Some(v))
-        }
-        v => (v, None),
-    }
 }
 
 /// The types whose values may be IDs, with what they are at bottom:
@@ -310,46 +187,37 @@ const BASES: &str = "bases(oid, base) AS (
              SELECT t.oid, b.base FROM pg_catalog.pg_type t JOIN bases b ON t.typbasetype = b.oid
              WHERE t.typtype = 'd')";
 
-/// Whether reading a column of table `c` (its attribute `a`) with a
-/// statement, as the table's owner, would run code the owner controls or
-/// fail by the owner's will: a row-level security policy forced on the
-/// owner, the owner's SELECT revoked, an index's expression or predicate
-/// or a statistics object (the planner evaluates them). Such columns are
-/// read at the storage level; the others through their index.
-const DIRECT: &str = "(c.relrowsecurity AND c.relforcerowsecurity
-                       OR NOT pg_catalog.has_column_privilege(c.relowner, c.oid, a.attnum, 'SELECT')
-                       OR EXISTS (SELECT FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid
-                                  AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL))
-                       OR EXISTS (SELECT FROM pg_catalog.pg_statistic_ext x WHERE x.stxrelid = c.oid))";
-
 /// A column's kind, as SQL over `bases b`, for [`columns`].
 const KIND: &str = "CASE b.base WHEN 'pg_catalog.uuid'::pg_catalog.regtype THEN 'u'
                                 WHEN 'pg_catalog.numeric'::pg_catalog.regtype THEN 'n' ELSE 'b' END";
 
-/// The columns that may hold IDs this extension made, of tables and of the
-/// leaf partitions of partitioned tables (each read on its own, with its
-/// own index; a foreign partition is not read: its rows are another
-/// server's): bigint, numeric and uuid columns (domains over them, to any
-/// depth, included) whose default calls a generating function, their
-/// domain's default does, or a row trigger's function sets them.
+/// The columns that may hold IDs this extension made, of tables, of the
+/// leaf partitions of partitioned tables and of tables that inherit them
+/// (each read on its own, with its own index; a foreign table is not read:
+/// its rows are another server's): bigint, numeric and uuid columns
+/// (domains over them, to any depth, included) whose default calls a
+/// generating function, their domain's default does, or a row trigger's
+/// function sets them.
 ///
 /// A function "calls" a generating function where it depends on one (a
 /// SQL function with a standard body) or names one in its source (any
-/// other language), and so on through functions that call those: a
-/// default `my_id()` whose body calls `snowflake_nextval()` is found. A
-/// trigger's function that calls one sets the table's columns its source
-/// names. What is not found this way (a value computed in the application,
-/// a function that builds its call at run time) is covered by
+/// other language; in any case), and so on through functions that call
+/// those: a default `my_id()` whose body calls `snowflake_nextval()` is
+/// found. A trigger's function that calls one sets the table's columns its
+/// source names. What is not found this way (a value computed in the
+/// application, a function that builds its call at run time) is covered by
 /// `snowflake_resume_above()`, which reads every column of these types.
+/// The statement holds no backslash and no setting of the caller's changes
+/// what it finds.
 fn id_columns() -> Vec<Column> {
     let query = format!(
         "WITH RECURSIVE {BASES},
          gens(oid, name) AS (
-             SELECT g.oid, g.proname::pg_catalog.text FROM ({generators}) g
+             SELECT g.oid, pg_catalog.lower(g.proname::pg_catalog.text) FROM ({generators}) g
              UNION
-             SELECT p.oid, p.proname::pg_catalog.text FROM pg_catalog.pg_proc p, gens g
+             SELECT p.oid, pg_catalog.lower(p.proname::pg_catalog.text) FROM pg_catalog.pg_proc p, gens g
              WHERE p.prolang NOT IN (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname IN ('internal', 'c'))
-               AND (pg_catalog.strpos(p.prosrc, g.name) > 0
+               AND (pg_catalog.strpos(pg_catalog.lower(p.prosrc), g.name) > 0
                     OR EXISTS (SELECT FROM pg_catalog.pg_depend d
                                WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = p.oid
                                  AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
@@ -364,12 +232,11 @@ fn id_columns() -> Vec<Column> {
              SELECT t.oid FROM pg_catalog.pg_type t JOIN gen_types g ON t.typbasetype = g.oid
              WHERE t.typtype = 'd'),
          found AS (
-             SELECT c.oid AS rel, c.relkind, a.attname, b.base
+             SELECT c.oid AS rel, a.attname
              FROM pg_catalog.pg_attribute a
              JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
              JOIN bases b ON b.oid = a.atttypid
              WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p')
-               AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
                AND (EXISTS (SELECT FROM pg_catalog.pg_attrdef ad JOIN calls k ON k.objid = ad.oid
                             AND k.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
                             WHERE ad.adrelid = a.attrelid AND ad.adnum = a.attnum)
@@ -378,24 +245,20 @@ fn id_columns() -> Vec<Column> {
                                JOIN pg_catalog.pg_proc p ON p.oid = tg.tgfoid
                                WHERE tg.tgrelid = a.attrelid AND NOT tg.tgisinternal
                                  AND tg.tgfoid IN (SELECT oid FROM gens)
-                                 AND p.prosrc OPERATOR(pg_catalog.~*) ('\\m' OPERATOR(pg_catalog.||)
-                                     pg_catalog.regexp_replace(a.attname::pg_catalog.text, '([^[:alnum:]_])', '\\\\\\1', 'g')
-                                     OPERATOR(pg_catalog.||) '\\M')))),
-         tables AS (
-             SELECT rel, attname, base FROM found WHERE relkind = 'r'
+                                 AND pg_catalog.strpos(pg_catalog.lower(p.prosrc),
+                                                       pg_catalog.lower(a.attname::pg_catalog.text)) > 0))),
+         tables(rel, attname) AS (
+             SELECT rel, attname FROM found
              UNION
-             SELECT t.relid, f.attname, f.base
-             FROM found f, pg_catalog.pg_partition_tree(f.rel) t
-             JOIN pg_catalog.pg_class l ON l.oid = t.relid
-             WHERE f.relkind = 'p' AND t.isleaf AND l.relkind = 'r'
-               AND l.relpersistence OPERATOR(pg_catalog.<>) 't')
+             SELECT i.inhrelid, t.attname FROM pg_catalog.pg_inherits i JOIN tables t ON i.inhparent = t.rel)
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, t.attname::pg_catalog.text,
-                {KIND}, c.relowner, c.oid, a.attnum, {DIRECT}
+                {KIND}, c.oid, a.attnum
          FROM tables t
-         JOIN (SELECT DISTINCT base FROM bases) b ON b.base = t.base
          JOIN pg_catalog.pg_class c ON c.oid = t.rel
-         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.rel AND a.attname = t.attname
+         JOIN pg_catalog.pg_attribute a ON a.attrelid = t.rel AND a.attname = t.attname AND NOT a.attisdropped
+         JOIN bases b ON b.oid = a.atttypid
          JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relkind = 'r' AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
          ORDER BY 1, 2, 3",
         generators = catalog::generating_functions_query()
     );
@@ -410,7 +273,7 @@ fn all_columns() -> Vec<Column> {
     columns(&format!(
         "WITH RECURSIVE {BASES}
          SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
-                {KIND}, c.relowner, c.oid, a.attnum, {DIRECT}
+                {KIND}, c.oid, a.attnum
          FROM pg_catalog.pg_attribute a
          JOIN bases b ON b.oid = a.atttypid
          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -418,7 +281,7 @@ fn all_columns() -> Vec<Column> {
          WHERE a.attnum > 0 AND NOT a.attisdropped AND c.relkind = 'r'
            AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
            AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'snowflake_id')
-           AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
+           AND pg_catalog.left(n.nspname::pg_catalog.text, 8) OPERATOR(pg_catalog.<>) 'pg_toast'
          ORDER BY 1, 2, 3"
     ))
 }
@@ -435,10 +298,8 @@ fn columns(query: &str) -> Vec<Column> {
                 Some("n") => Kind::Numeric,
                 _ => Kind::Bigint,
             },
-            owner: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
-            rel: row.get::<pg_sys::Oid>(6)?.unwrap_or(pg_sys::InvalidOid),
-            attnum: row.get::<i16>(7)?.unwrap_or(0),
-            direct: row.get::<bool>(8)?.unwrap_or(true),
+            rel: row.get::<pg_sys::Oid>(5)?.unwrap_or(pg_sys::InvalidOid),
+            attnum: row.get::<i16>(6)?.unwrap_or(0),
         });
         Ok(true)
     });
@@ -446,28 +307,39 @@ fn columns(query: &str) -> Vec<Column> {
 }
 
 /// The record's OID, if this database's extension has one (0.1.0 had none):
-/// two catalog-cache lookups, no statement.
+/// the extension's own table of that name, never an object another role
+/// made under it (it is read as the bootstrap superuser: a view there
+/// would run its maker's functions so). Catalog lookups, no statement.
 fn record() -> Option<pg_sys::Oid> {
-    // SAFETY: catalog lookups by name inside a transaction; a missing
-    // schema is InvalidOid (missing_ok), as is a missing relation.
-    let oid = unsafe {
+    // SAFETY: catalog lookups by name and OID inside a transaction; what is
+    // missing is InvalidOid (missing_ok).
+    unsafe {
+        let extension = pg_sys::get_extension_oid(c"snowflake_id".as_ptr(), true);
         let schema = pg_sys::get_namespace_oid(c"snowflake_id".as_ptr(), true);
-        if schema == pg_sys::InvalidOid {
+        if extension == pg_sys::InvalidOid || schema == pg_sys::InvalidOid {
             return None;
         }
-        pg_sys::get_relname_relid(c"snowflake_floors".as_ptr(), schema)
-    };
-    (oid != pg_sys::InvalidOid).then_some(oid)
+        let oid = pg_sys::get_relname_relid(c"snowflake_floors".as_ptr(), schema);
+        let ours = oid != pg_sys::InvalidOid
+            && pg_sys::get_rel_relkind(oid) == pg_sys::RELKIND_RELATION as std::ffi::c_char
+            && pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, oid) == extension;
+        ours.then_some(oid)
+    }
 }
 
 /// The tables of this database's subscriptions, as SQL from `FROM` on
 /// (`r`: `pg_subscription_rel`). Citus's own subscriptions move shards
 /// between the nodes of one cluster, whose IDs are its own (their names:
-/// Citus's multi_logical_replication.c).
+/// Citus's multi_logical_replication.c). Only subscriptions owned by a
+/// superuser or a member of the database's owner count (from 16 on, a
+/// member of pg_create_subscription may subscribe): no other role makes a
+/// database floor.
 const SUBSCRIBED: &str = "FROM pg_catalog.pg_subscription_rel r
      JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) r.srsubid
+     JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.subdbid
      WHERE NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_move_subscription_')
-       AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_split_subscription_')";
+       AND NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_split_subscription_')
+       AND pg_catalog.pg_has_role(s.subowner, d.datdba, 'MEMBER')";
 
 /// Whether a table of this database's subscriptions is being copied (or
 /// waits to be), as the newest committed data says.
@@ -725,7 +597,7 @@ fn floor(
         if !mark::covers(shm, &cfg.layout, *id) {
             let f = ahead_of_clock(&cfg.layout, *id, at);
             log!(
-                "snowflake_id: {} (every database of this server refuses IDs until then)",
+                "snowflake_id: {} (the database refuses IDs until then)",
                 f.message
             );
             mark::refuse_for_copies(shm, &f, *id, process::database_id().to_u32());
@@ -775,7 +647,7 @@ fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
             format_instant(made)
         ),
     )
-    .detail("The data came from another cluster; IDs issued below this one could repeat it. A server whose clock ran ahead made it, or this server's clock is behind. Every database of this server refuses IDs until it is settled.")
+    .detail("The data came from another cluster; IDs issued below this one could repeat it. A server whose clock ran ahead made it, or this server's clock is behind. This database refuses IDs until it is settled (the others issue on; every database's status says so).")
     .hint(format!(
         "If this server's clock is behind, correct it: the next ID in database \"{db}\" floors again. If {id} is an ID to stay above: SELECT snowflake_resume_above({id}); (IDs then wait for the clock while they run more than snowflake_id.max_lead ahead of it). If it is no ID (a sentinel, a typo): SELECT snowflake_resume_above(); in database \"{db}\" floors below it and sets it aside."
     ))
@@ -865,8 +737,14 @@ fn not_updated() -> Failure {
 }
 
 /// What the next call in this database would meet before its ID: the
-/// refusal of a database whose extension is not updated.
+/// refusal of copied IDs ahead of the clock it holds, or of a database
+/// whose extension is not updated.
 pub fn problem(shm: &Shmem) -> Option<Failure> {
+    if let Some((f, _, db)) = shm.refusal.copies_failure() {
+        if db == process::database_id().to_u32() {
+            return Some(f);
+        }
+    }
     if checked(shm) {
         return None;
     }
@@ -993,6 +871,26 @@ pub fn record_written() {
         shm.floored.changed();
         CHANGING.0.set(true);
         RECORD_WRITTEN.0.set(true);
+    }
+}
+
+/// Whether `rel` is this database's record of floors.
+pub fn is_record(rel: pg_sys::Oid) -> bool {
+    record() == Some(rel)
+}
+
+/// The record's definition changed (`ALTER TABLE`: its triggers disabled
+/// or enabled, as `pg_restore --disable-triggers` does around its rows):
+/// every database checks again once the transaction commits, as after
+/// rows the guard let in.
+pub fn record_altered() {
+    // SAFETY: a plain read of this backend's state.
+    if unsafe { pg_sys::creating_extension } {
+        return;
+    }
+    if let Some(shm) = crate::shmem::get() {
+        shm.floored.changed();
+        CHANGING.0.set(true);
     }
 }
 

@@ -34,6 +34,10 @@ fn problem(shm: &Shmem, now: i64) -> Option<String> {
     if let Err(f) = issue::problem(shm, now) {
         return Some(f.message);
     }
+    // Another database's copied IDs ahead of the clock, which refuse there.
+    if let Some((f, ..)) = shm.refusal.copies_failure() {
+        return Some(f.message);
+    }
     if let Some(w) = claims::warning(shm) {
         return Some(w);
     }

@@ -2,7 +2,7 @@
 //! settings after a refusal, and resume above IDs that arrived without it.
 
 use super::file::{file, io_failure};
-use super::{publish, read_only, refused_but_for_copies, resume, write};
+use super::{publish, read_only, refused, resume, write};
 use crate::pg::clock::now_ms;
 use crate::pg::{role, xlog};
 use crate::shmem::Shmem;
@@ -117,8 +117,7 @@ pub fn floor_above(
     if xlog::in_recovery() {
         return Err(read_only());
     }
-    // Copied IDs ahead of the clock refuse until a floor is above them.
-    if let Some(f) = refused_but_for_copies(shm) {
+    if let Some(f) = refused(shm) {
         return Err(f);
     }
     let layout: &Layout = &cfg.layout;

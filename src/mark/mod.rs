@@ -48,16 +48,6 @@ pub fn read_only() -> Failure {
 /// Why generation is refused right now, if it is: the mark's reasons
 /// first, then another server's claim.
 pub fn refused(shm: &Shmem) -> Option<Failure> {
-    refusal(shm, true)
-}
-
-/// `refused`, but for copied IDs ahead of the clock: what stops a floor
-/// above them (which lifts that refusal).
-pub fn refused_but_for_copies(shm: &Shmem) -> Option<Failure> {
-    refusal(shm, false)
-}
-
-fn refusal(shm: &Shmem, copies: bool) -> Option<Failure> {
     let f = match shm.refusal.mark() {
         Some(MarkRefusal::AtStart) => shm.refusal.at_start(),
         Some(MarkRefusal::ReplayedOtherSettings) => crate::settings::config()
@@ -71,7 +61,6 @@ fn refusal(shm: &Shmem, copies: bool) -> Option<Failure> {
                 .detail("Without it, IDs the original server issued could be issued again.")
                 .hint("If the system clock is certainly later than every ID this server's data holds, run SELECT snowflake_adopt_settings(); as a superuser to start a new state from the clock."),
         ),
-        None if copies && shm.refusal.copies() => shm.refusal.copies_failure().map(|(f, ..)| f),
         // Until the claims worker has taken it up, the finding is older.
         None if shm.refusal.claim() && shm.claims.rejudging() => Some(
             Failure::new(
@@ -108,13 +97,13 @@ pub fn refuse_for_claim(shm: &Shmem, refuse: bool) -> bool {
     was
 }
 
-/// Refuses generation on the whole server for copied IDs up to `id`, ahead
-/// of the clock and above the mark (a floor found them): the flag first,
-/// then the revocation, as `refuse_for_claim`.
+/// Refuses generation in database `db` for copied IDs up to `id` it holds,
+/// ahead of the clock and above the mark (a floor found them); every
+/// database's status says so. The other databases issue on: their data is
+/// none of it.
 pub fn refuse_for_copies(shm: &Shmem, why: &Failure, id: i64, db: u32) {
     shm.mark
         .with_lock(|| shm.refusal.refuse_for_copies(why, id, db));
-    shm.gen.revoke_durable();
 }
 
 /// Whether every later ID of this server is above `id` (of any worker).
@@ -316,9 +305,8 @@ fn publish(shm: &Shmem, w: Written, budget_ms: u64) -> Result<u64, Failure> {
     std::sync::atomic::fence(Ordering::SeqCst);
     // A claim refusal that came while this mark was written revoked the
     // window before this publish: revoke it again (the flag is set before
-    // the revocation, both sequentially consistent: `refuse_for_claim`;
-    // copies' refusal likewise: `refuse_for_copies`).
-    if shm.refusal.claim() || shm.refusal.copies() {
+    // the revocation, both sequentially consistent: `refuse_for_claim`).
+    if shm.refusal.claim() {
         shm.gen.revoke_durable();
     }
     Ok(waited_us.unwrap_or(0))

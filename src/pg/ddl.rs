@@ -108,6 +108,27 @@ impl<'a> Statement<'a> {
         }
     }
 
+    /// The table an `ALTER TABLE` names, if it exists (looked up without a
+    /// lock: the command takes its own). `None` for any other statement.
+    pub fn altered_table(&self) -> Option<pg_sys::Oid> {
+        if !self.is(pg_sys::NodeTag::T_AlterTableStmt) {
+            return None;
+        }
+        // SAFETY: an AlterTableStmt by its tag; missing_ok, so a table not
+        // found is InvalidOid rather than an error.
+        let relid = unsafe {
+            let alter = self.node.cast::<pg_sys::AlterTableStmt>();
+            pg_sys::RangeVarGetRelidExtended(
+                (*alter).relation,
+                pg_sys::NoLock as pg_sys::LOCKMODE,
+                pg_sys::RVROption::RVR_MISSING_OK,
+                None,
+                std::ptr::null_mut(),
+            )
+        };
+        (relid != pg_sys::InvalidOid).then_some(relid)
+    }
+
     /// An `ALTER TABLE` that adds columns with a default: its table (not
     /// looked up yet) and those columns. `None` for any other statement.
     pub fn columns_added_with_default(&self) -> Option<AddColumns<'a>> {

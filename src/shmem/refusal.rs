@@ -31,9 +31,9 @@ pub struct Refusal {
     claim: AtomicBool,
     /// The failure of `MarkRefusal::AtStart`.
     at_start: SharedText,
-    /// A floor found copied IDs ahead of the clock and above the mark: it
-    /// refuses until a floor is above them or an operator has said what
-    /// they are. Sequentially consistent, as `claim`.
+    /// A floor found copied IDs ahead of the clock and above the mark: their
+    /// database refuses until a floor is above them or an operator has said
+    /// what they are, and every database's status says so.
     copies: AtomicBool,
     /// The failure said meanwhile (written under the mark's lock: one
     /// writer at a time).
@@ -96,7 +96,7 @@ impl Refusal {
         self.claim.swap(refused, Ordering::SeqCst)
     }
 
-    /// Whether copied IDs ahead of the clock refuse generation.
+    /// Whether copied IDs ahead of the clock refuse generation in a database.
     pub fn copies(&self) -> bool {
         self.copies.load(Ordering::SeqCst)
     }

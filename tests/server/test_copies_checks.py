@@ -192,3 +192,28 @@ def test_a_table_owner_can_neither_fail_nor_stall_a_floor_nor_hide_its_ids():
         for table in ("revoked", "raising", "predicate"):
             code, _, _ = s.error(f"SELECT max(id) FROM {table}", user="evil")
             assert code in ("42501", "P0001"), (table, code)
+
+
+def test_no_role_can_stand_in_for_the_record_where_the_extension_has_none():
+    """A database whose extension is still 0.1.0 (its update not run yet)
+    has no record of floors: a role that may create a schema there makes
+    one of that name, with a view whose function makes its caller a
+    superuser. The extension reads only its own table: the next ID is
+    refused until the update, as before, and the view is never read."""
+    with server("checks-impostor") as s:
+        s.sql("CREATE DATABASE old")
+        s.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'", dbname="old")
+        s.sql("CREATE ROLE mallory LOGIN")
+        s.sql("GRANT CREATE ON DATABASE old TO mallory")
+        s.sql("""
+            CREATE SCHEMA snowflake_id;
+            CREATE FUNCTION snowflake_id.pwn() RETURNS bigint LANGUAGE plpgsql AS
+              $$BEGIN ALTER ROLE mallory SUPERUSER; RETURN 1; END$$;
+            CREATE VIEW snowflake_id.snowflake_floors AS
+              SELECT snowflake_id.pwn() AS system_identifier, NULL::uuid AS arrival, NULL::uuid[] AS covers,
+                     NULL::bigint AS subscription_copies, NULL::bigint AS floor, now() AS at,
+                     NULL::bigint[] AS backfilled""", dbname="old", user="mallory")
+        code, message, hint = s.error("SELECT snowflake_nextval()", dbname="old", user="mallory")
+        assert code == "55000" and "not updated" in message, (code, message)
+        assert "ALTER EXTENSION snowflake_id UPDATE" in hint
+        assert s.one("SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'") is False

@@ -22,7 +22,7 @@ CREATE DOMAIN gid1 AS bigint DEFAULT snowflake_nextval();
 CREATE DOMAIN gid2 AS gid1;
 CREATE TABLE dg (id gid2 PRIMARY KEY);
 CREATE TABLE num (id numeric(20) PRIMARY KEY DEFAULT snowflake_nextval());
-CREATE FUNCTION plid() RETURNS bigint LANGUAGE plpgsql AS $$BEGIN RETURN snowflake_nextval(); END$$;
+CREATE FUNCTION plid() RETURNS bigint LANGUAGE plpgsql AS $$BEGIN RETURN SNOWFLAKE_NEXTVAL(); END$$;
 CREATE TABLE wp (id bigint PRIMARY KEY DEFAULT plid());
 CREATE FUNCTION sqlid() RETURNS bigint LANGUAGE sql AS 'SELECT snowflake_nextval()';
 CREATE FUNCTION outer_id() RETURNS bigint LANGUAGE sql AS 'SELECT sqlid() + 0';
@@ -32,6 +32,9 @@ CREATE TABLE tr ("Key" bigint PRIMARY KEY, size bigint);
 CREATE TRIGGER tr_key BEFORE INSERT ON tr FOR EACH ROW EXECUTE FUNCTION set_key();
 CREATE TABLE pt (id id2 DEFAULT snowflake_nextval(), n int) PARTITION BY RANGE (n);
 CREATE TABLE pt_all PARTITION OF pt FOR VALUES FROM (MINVALUE) TO (MAXVALUE);
+CREATE TABLE parent_t (id bigint DEFAULT snowflake_nextval());
+CREATE TABLE child_t (id bigint);
+ALTER TABLE child_t INHERIT parent_t;
 CREATE TABLE app_num (v numeric);
 CREATE TABLE app_dd (v id2);
 """
@@ -42,7 +45,7 @@ CREATE FUNCTION stdid() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT snowflak
 CREATE TABLE wstd (id bigint PRIMARY KEY DEFAULT stdid());
 """
 # The columns a floor must read, in the order their values are planted.
-FLOORED = ["dd.id", "dg.id", "num.id", "wp.id", "ws.id", 'tr."Key"', "pt_all.id"]
+FLOORED = ["dd.id", "dg.id", "num.id", "wp.id", "ws.id", 'tr."Key"', "pt_all.id", "parent_t.id", "child_t.id"]
 
 
 def plant(s, column, minutes):
@@ -90,10 +93,11 @@ def test_every_column_that_can_hold_ids_is_floored_and_resume_above_reads_them_a
 def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
     """Copied IDs more than an hour ahead of the clock: floored below, IDs
     could repeat them; floored above, every ID would move that far. The
-    floor refuses, in every database, with the column, the value and what
-    to do (the status and the log say the same), until the clock is
-    corrected (the database's next ID floors again, above them) or a
-    superuser sets a value aside as no ID."""
+    database that holds them refuses IDs, with the column, the value and
+    what to do (every database's status and the log say the same), until
+    the clock is corrected (its next ID floors again, above them) or a
+    superuser sets a value aside as no ID. Other databases issue on: their
+    data is none of it."""
     with server("copies-ahead", faketime=True) as s:
         s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
         s.sql("CREATE DATABASE other")
@@ -106,21 +110,19 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
         code, msg, hint = s.error("INSERT INTO t (n) VALUES (2)")
         assert code == "55000" and f"public.t.id holds {far}" in msg, (code, msg)
         assert "snowflake_resume_above();" in hint and f"snowflake_resume_above({far});" in hint, hint
-        # Every database refuses, a session that was issuing included.
-        assert s.error("SELECT snowflake_nextval()", dbname="other")[:2] == (code, msg)
-        cur = busy.cursor()
-        try:
-            cur.execute("SELECT snowflake_nextval()")
-            raise AssertionError("a session of another database issued below the copied IDs")
-        except Exception as e:  # noqa: BLE001 - the driver's error is the check
-            assert getattr(e, "pgcode", None) == "55000", e
+        # Again, without a read; the status says why, here and in every
+        # database, and the log too. Another database issues on, a session
+        # that was issuing included.
+        assert s.error("SELECT snowflake_nextval()")[:2] == (code, msg)
+        assert s.one("SELECT problem FROM snowflake_id.snowflake_status") == msg
+        busy.cursor().execute("SELECT snowflake_nextval()")
         busy.close()
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
         assert msg in s.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other")
         assert msg in s.log_text()
         # The clock corrected: the database that holds them floors again at
-        # its next ID (until then the others still refuse).
+        # its next ID, above them.
         s.set_clock(3 * 3600)
-        assert s.error("SELECT snowflake_nextval()", dbname="other")[0] == "55000"
         first = s.one("INSERT INTO t (n) VALUES (3) RETURNING id")
         assert first > far
         assert s.one("SELECT snowflake_nextval()", dbname="other") > far
@@ -132,7 +134,7 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
         ask_for_a_floor(s, 2)
         code, msg, hint = s.error("SELECT snowflake_nextval()")
         assert code == "55000" and "public.t.id holds 9223372036854775807" in msg, msg
-        assert s.error("SELECT snowflake_nextval()", dbname="other")[0] == "55000"
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
         pasted = re.search(r"SELECT snowflake_resume_above\(\);", hint).group()
         said = s.one(pasted)
         assert "set aside as no ID: public.t.id holds 9223372036854775807" in said, said

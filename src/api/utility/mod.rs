@@ -45,7 +45,13 @@ fn around(stmt: &Statement<'_>, run: impl FnOnce() + std::panic::UnwindSafe) {
         .then(|| stmt.database_needing_free())
         .flatten()
         .and_then(database::oid_by_name);
+    let record_altered = stmt.altered_table().is_some_and(copies::is_record);
     away::around(stmt, run);
+    // Its triggers disabled (pg_restore --disable-triggers), rows could
+    // come in unheard: every database checks again at commit.
+    if record_altered {
+        copies::record_altered();
+    }
     // After the command: one refused (inside a transaction block) forgets nothing.
     if discards {
         issue::forget_last();
