@@ -639,6 +639,7 @@ fn floor(
 fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     let made = layout.decode(id).map(|d| d.unix_ms).unwrap_or(0);
     let db = database_name();
+    let resume = in_extension_schema("snowflake_resume_above");
     Failure::new(
         Class::NotReady,
         format!(
@@ -649,8 +650,29 @@ fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     )
     .detail("The data came from another cluster; IDs issued below this one could repeat it. A server whose clock ran ahead made it, or this server's clock is behind. This database refuses IDs until it is settled (the others issue on; every database's status says so).")
     .hint(format!(
-        "If this server's clock is behind, correct it: the next ID in database \"{db}\" floors again. If {id} is an ID to stay above: SELECT snowflake_resume_above({id}); (IDs then wait for the clock while they run more than snowflake_id.max_lead ahead of it). If it is no ID (a sentinel, a typo): SELECT snowflake_resume_above(); in database \"{db}\" floors below it and sets it aside."
+        "If this server's clock is behind, correct it: the next ID in database \"{db}\" floors again. If {id} is an ID to stay above: SELECT {resume}({id}); (IDs then wait for the clock while they run more than snowflake_id.max_lead ahead of it). If it is no ID (a sentinel, a typo): SELECT {resume}(); in database \"{db}\" floors below it and sets it aside."
     ))
+}
+
+/// `name` qualified with the schema the extension is in, so that a HINT's
+/// statement works when pasted whatever the search path.
+fn in_extension_schema(name: &str) -> String {
+    let mut schema = None;
+    spi::each_of_latest_data(
+        "SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_extension x
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.extnamespace
+         WHERE x.extname OPERATOR(pg_catalog.=) 'snowflake_id'",
+        &[],
+        1,
+        |row| {
+            schema = row.get::<String>(1)?;
+            Ok(false)
+        },
+    );
+    match schema {
+        Some(s) => format!("{}.{name}", crate::pg::text::ident(&s)),
+        None => name.to_string(),
+    }
 }
 
 /// Notes a backfill lease in this database's record, in the caller's
