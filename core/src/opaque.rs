@@ -211,8 +211,8 @@ impl Keys {
 
     /// The ID of an opaque text made under one of these keys; anything
     /// else is 22P02 with one message whatever was wrong.
-    pub fn decode(&self, text: &str) -> Result<i64, Failure> {
-        let bytes = text.as_bytes();
+    pub fn decode(&self, text: impl AsRef<[u8]>) -> Result<i64, Failure> {
+        let bytes = text.as_ref();
         if bytes.len() != WIDTH {
             return Err(invalid());
         }

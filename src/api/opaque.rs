@@ -4,7 +4,7 @@
 
 use crate::opaque::keys;
 use crate::pg::error::OrRaise;
-use crate::pg::text::Text;
+use crate::pg::text::CallText;
 use pgrx::prelude::*;
 
 /// `id` enciphered under the current key: 17 URL-safe characters that do
@@ -19,8 +19,8 @@ fn snowflake_to_opaque(id: i64) -> String {
 /// The ID of an opaque text made under any key the file still lists;
 /// anything else (altered, foreign, malformed) is 22P02 with one message.
 #[pg_extern(stable, strict, parallel_restricted)]
-fn snowflake_from_opaque(text: Text) -> i64 {
-    keys().or_raise().decode(text.as_str()).or_raise()
+fn snowflake_from_opaque(text: CallText) -> i64 {
+    keys().or_raise().decode(text.bytes()).or_raise()
 }
 
 /// As `snowflake_from_opaque(text)`, but NULL for text that is no opaque ID
@@ -28,6 +28,6 @@ fn snowflake_from_opaque(text: Text) -> i64 {
 /// finds no row), where an error per bad link would fill the server log and
 /// abort the caller's transaction. A missing key is still an error.
 #[pg_extern(stable, strict, parallel_restricted)]
-fn snowflake_from_opaque_or_null(text: Text) -> Option<i64> {
-    keys().or_raise().decode(text.as_str()).ok()
+fn snowflake_from_opaque_or_null(text: CallText) -> Option<i64> {
+    keys().or_raise().decode(text.bytes()).ok()
 }

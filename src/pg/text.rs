@@ -24,18 +24,12 @@ impl FromDatum for Text {
     unsafe fn from_polymorphic_datum(
         datum: pg_sys::Datum,
         is_null: bool,
-        _typoid: pg_sys::Oid,
+        typoid: pg_sys::Oid,
     ) -> Option<Text> {
-        if is_null || datum.is_null() {
-            return None;
-        }
-        // SAFETY: a text (or varchar) datum, detoasted and read as bytes.
-        let bytes = unsafe {
-            let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
-            pgrx::varlena::varlena_to_byte_slice(v)
-        };
+        // SAFETY: the same datum, read in place, then copied out here.
+        let raw = unsafe { CallText::from_polymorphic_datum(datum, is_null, typoid) }?;
         Some(Text(
-            from_server(bytes).unwrap_or_else(|f| super::error::raise(f)),
+            from_server(raw.bytes()).unwrap_or_else(|f| super::error::raise(f)),
         ))
     }
 }
@@ -59,21 +53,28 @@ impl IntoDatum for Text {
     }
 }
 
-// SAFETY: unboxed the way pgrx unboxes its own text arguments, through
-// FromDatum, from a datum Postgres declared `text`.
-unsafe impl<'fcx> ArgAbi<'fcx> for Text {
-    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-        let index = arg.index();
-        // SAFETY: the argument is a text datum (see the impl).
-        unsafe { arg.unbox_arg_using_from_datum() }
-            .unwrap_or_else(|| panic!("argument {index} must not be null"))
-    }
+/// A `text` argument type, unboxed the way pgrx unboxes its own text
+/// arguments: through FromDatum, from a datum Postgres declared `text`.
+macro_rules! text_argument {
+    ($t:ty) => {
+        // SAFETY: see the macro.
+        unsafe impl<'fcx> ArgAbi<'fcx> for $t {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                let index = arg.index();
+                // SAFETY: the argument is a text datum (see the macro).
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .unwrap_or_else(|| panic!("argument {index} must not be null"))
+            }
 
-    unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
-        // SAFETY: the argument is a text datum (see the impl).
-        unsafe { arg.unbox_arg_using_from_datum::<Text>() }.into()
-    }
+            unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> Nullable<Self> {
+                // SAFETY: the argument is a text datum (see the macro).
+                unsafe { arg.unbox_arg_using_from_datum::<$t>() }.into()
+            }
+        }
+    };
 }
+
+text_argument!(Text);
 
 // SAFETY: returned the way pgrx returns its own text, through IntoDatum.
 unsafe impl BoxRet for Text {
@@ -87,6 +88,49 @@ unsafe impl BoxRet for Text {
 }
 
 pgrx::impl_sql_translatable!(Text, "text");
+
+/// A `text` argument read in place, as the bytes the database holds (in
+/// its encoding), for arguments only ASCII can make valid: no conversion,
+/// no copy. Valid for the call that received it (the bytes live in its
+/// memory context, detoasted there if they had to be).
+pub struct CallText {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl CallText {
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: a slice of the argument's detoasted datum, which lives
+        // as long as the call this value was made for.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl FromDatum for CallText {
+    unsafe fn from_polymorphic_datum(
+        datum: pg_sys::Datum,
+        is_null: bool,
+        _typoid: pg_sys::Oid,
+    ) -> Option<CallText> {
+        if is_null || datum.is_null() {
+            return None;
+        }
+        // SAFETY: a text (or varchar) datum, detoasted in the call's memory
+        // context and read as bytes.
+        let bytes = unsafe {
+            let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+            pgrx::varlena::varlena_to_byte_slice(v)
+        };
+        Some(CallText {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+        })
+    }
+}
+
+text_argument!(CallText);
+
+pgrx::impl_sql_translatable!(CallText, "text");
 
 /// `name` quoted as an SQL identifier that reads the same in every
 /// database encoding: Postgres's own quoting where the database is UTF-8
