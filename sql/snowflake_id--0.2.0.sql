@@ -52,7 +52,7 @@ LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_convert_wrapper';
 -- src/api/opaque.rs:21
 -- snowflake_id::api::opaque::snowflake_from_opaque
 CREATE  FUNCTION "snowflake_from_opaque"(
-	"text" text /* Text */
+	"text" text /* CallText */
 ) RETURNS bigint /* i64 */
 STRICT STABLE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
@@ -63,7 +63,7 @@ AS 'MODULE_PATHNAME', 'snowflake_from_opaque_wrapper';
 -- src/api/opaque.rs:30
 -- snowflake_id::api::opaque::snowflake_from_opaque_or_null
 CREATE  FUNCTION "snowflake_from_opaque_or_null"(
-	"text" text /* Text */
+	"text" text /* CallText */
 ) RETURNS bigint /* Option < i64 > */
 STRICT STABLE PARALLEL RESTRICTED
 LANGUAGE c /* Rust */
@@ -423,7 +423,7 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:178
+-- src/api/status.rs:182
 -- requires:
 --   snowflake_claims
 
@@ -470,7 +470,7 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:185
+-- src/api/status.rs:189
 -- requires:
 --   snowflake_status
 
