@@ -148,15 +148,7 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<W
         });
     }
     let mine: Vec<&FloorRow> = rows.iter().filter(|r| r.system_identifier == me).collect();
-    // One pass over what this server's rows cover: a record of many rows
-    // costs its size, not its square.
-    let covered: std::collections::HashSet<u128> =
-        mine.iter().flat_map(|m| m.covers.iter().copied()).collect();
-    let mut others: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.system_identifier != me && !covered.contains(&r.arrival))
-        .map(|r| r.system_identifier)
-        .collect();
+    let mut others: Vec<i64> = uncovered(me, rows).map(|r| r.system_identifier).collect();
     others.sort_unstable();
     others.dedup();
     if !others.is_empty() {
@@ -176,19 +168,23 @@ pub fn floor_needed(me: i64, rows: &[FloorRow], copies: Option<u64>) -> Option<W
 /// floor of `me` covered yet (the record grows by what arrived, not by
 /// what it held).
 pub fn covered(me: i64, rows: &[FloorRow]) -> Vec<u128> {
-    let before: std::collections::HashSet<u128> = rows
+    let mut arrivals: Vec<u128> = uncovered(me, rows).map(|r| r.arrival).collect();
+    arrivals.sort_unstable();
+    arrivals.dedup();
+    arrivals
+}
+
+/// Other servers' rows whose arrival no floor of `me` covered. One pass
+/// over what this server's rows cover: a record of many rows costs its
+/// size, not its square.
+fn uncovered(me: i64, rows: &[FloorRow]) -> impl Iterator<Item = &FloorRow> {
+    let covered: std::collections::HashSet<u128> = rows
         .iter()
         .filter(|r| r.system_identifier == me)
         .flat_map(|m| m.covers.iter().copied())
         .collect();
-    let mut arrivals: Vec<u128> = rows
-        .iter()
-        .filter(|r| r.system_identifier != me && !before.contains(&r.arrival))
-        .map(|r| r.arrival)
-        .collect();
-    arrivals.sort_unstable();
-    arrivals.dedup();
-    arrivals
+    rows.iter()
+        .filter(move |r| r.system_identifier != me && !covered.contains(&r.arrival))
 }
 
 /// How far ahead of this server's clock the time inside IDs may continue
