@@ -83,12 +83,14 @@ def median(xs):
 
 
 class Bench:
-    def __init__(self, srv, args):
+    def __init__(self, srv, args, status=True):
         self.srv = srv
+        self.status = status  # whether the server has snowflake_status (not the A/B's)
         self.args = args
         self.conn = srv.connect()
         self.cur = self.conn.cursor()
         self.throttled = []  # cases where snowflake_id waited for the clock
+        self.ab = None  # the Bench of the A/B server (--ab-dir), if any
 
     def q(self, sql, params=None):
         self.cur.execute(sql, params)
@@ -110,7 +112,7 @@ class Bench:
         measures the code rather than a lead left by the one before, and notes
         whether the layout's capacity (max_lead reached, callers waiting) was
         hit during it."""
-        if competitor.call not in (SNOWFLAKE, SNOWFLAKE_UUID):
+        if competitor.call not in (SNOWFLAKE, SNOWFLAKE_UUID) or not self.status:
             yield
             return
         lead = self.q("SELECT coalesce(extract(epoch FROM lead)::float8, 0) FROM snowflake_id.snowflake_status")[0][0]
@@ -129,21 +131,52 @@ class Bench:
 
     # Case 1 --------------------------------------------------------------
     def per_call(self):
-        measured = COMPETITORS + [CLOCK]
-        times = {c.name: [] for c in measured}
+        """Each competitor's cost per call, in shuffled rounds; with --ab-dir,
+        the earlier commit's snowflake_nextval() and its server's random()
+        floor in the same rounds, so that both builds meet the same machine."""
+        measured = [(self, c) for c in COMPETITORS + [CLOCK]]
+        if self.ab is not None:
+            measured += [(self.ab, c) for c in (BY_NAME[SF], BY_NAME[RANDOM])]
+        times = {self.label(b, c): [] for b, c in measured}
         for rep in range(self.args.reps):
-            order = random.sample(measured, len(measured))
-            for c in order:
-                with self.snowflake_measured("per call", c):
-                    t = self.timed(f"SELECT count({c.call}) FROM generate_series(1, %s)", (c.per_call_n,))
-                times[c.name].append(t)
+            for b, c in random.sample(measured, len(measured)):
+                with b.snowflake_measured("per call", c):
+                    t = b.timed(f"SELECT count({c.call}) FROM generate_series(1, %s)", (c.per_call_n,))
+                times[self.label(b, c)].append(t)
             print(f"  per call: round {rep + 1}/{self.args.reps} done", flush=True)
         out = {}
-        for c in measured:
-            med = median(times[c.name])
-            out[c.name] = {"n": c.per_call_n, "seconds": med, "ns_per_id": med / c.per_call_n * 1e9, "runs": times[c.name]}
+        for b, c in measured:
+            runs = times[self.label(b, c)]
+            med = median(runs)
+            out[self.label(b, c)] = {"n": c.per_call_n, "seconds": med, "ns_per_id": med / c.per_call_n * 1e9, "runs": runs}
         out["clock read"] = {"ns": self.clock_read_ns()}
+        out["paired"] = self.paired(out["clock read"]["ns"])
         return out
+
+    def paired(self, clock_ns):
+        """snowflake_nextval() against its yardstick, the random() floor plus
+        one clock read, in back-to-back pairs (order alternating) of
+        --paired-n calls each: on a machine whose speed changes from one
+        second to the next, as a shared VM's does, the two halves of a pair
+        meet the same machine, and the median of the pairs' ratios is what
+        the goal is judged on. With --ab-dir, the earlier commit's pairs
+        are taken on its server in the same rounds, in shuffled order."""
+        n = self.args.paired_n
+        sf, floor = BY_NAME[SF], BY_NAME[RANDOM]
+        sides = [(self, "this build")] + ([(self.ab, self.args.ab_commit)] if self.ab is not None else [])
+        ratios = {label: [] for _, label in sides}
+        for i in range(self.args.pairs):
+            for b, label in random.sample(sides, len(sides)):
+                t = {}
+                for c in (sf, floor) if i % 2 == 0 else (floor, sf):
+                    with b.snowflake_measured("per call, paired", c):
+                        t[c.name] = b.timed(f"SELECT count({c.call}) FROM generate_series(1, %s)", (n,)) / n * 1e9
+                ratios[label].append(t[SF] / (t[RANDOM] + clock_ns))
+        print(f"  per call: {self.args.pairs} pairs done", flush=True)
+        return {label: {"ratios": r, "median": median(r)} for label, r in ratios.items()}
+
+    def label(self, bench, c):
+        return c.name if bench is self else f"{c.name} at {self.args.ab_commit}"
 
     def clock_read_ns(self):
         """One clock_gettime(CLOCK_REALTIME) on this machine (bench/clock.c)."""
@@ -518,18 +551,47 @@ def physical_floor_ns(pc):
     return pc[RANDOM]["ns_per_id"] + pc["clock read"]["ns"]
 
 
-def targets(r):
-    pc, conc, fill, batch = r["per_call"], r["concurrency"], r["fill"], r["batch"]
+def per_call_targets(r):
+    """The goals a run of the per-call case (and connect) alone can judge;
+    uuidv7()'s only where the server has it (18 and later)."""
+    pc = r["per_call"]
     ns = {k: v["ns_per_id"] for k, v in pc.items() if "ns_per_id" in v}
     out = []
     x = ns[SF] / physical_floor_ns(pc)
-    out.append(("Per call: snowflake_nextval() ≤ 1.10× (random() floor + one clock read)", f"{x:.2f}×", x <= 1.10))
-    x = ns[UUID7] / ns[SF]
-    out.append(("Per call: ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
+    paired = pc.get("paired")
+    if paired:
+        rounds = f"median of {len(paired['this build']['ratios'])} back-to-back pairs; of the rounds' medians {x:.2f}×"
+        x = paired["this build"]["median"]
+        out.append(("Per call: snowflake_nextval() ≤ 1.10× (random() floor + one clock read)", f"{x:.2f}× ({rounds})",
+                    x <= 1.10))
+    else:
+        out.append(("Per call: snowflake_nextval() ≤ 1.10× (random() floor + one clock read)", f"{x:.2f}×", x <= 1.10))
+    ab = r["args"].get("ab_commit")
+    if ab and paired and ab in paired:
+        # Each build against its own server's floor (the servers are alike;
+        # the ratio keeps a difference between them out of the comparison).
+        old = paired[ab]["median"]
+        out.append((f"Per call, A/B: this build's ratio to the limit no more than {ab}'s + 0.02 (pairs in the same rounds)",
+                    f"{x:.2f}× against {old:.2f}×", x <= old + 0.02))
     x = ns[SEQ] / ns[SF]
     out.append(("Per call: ≥ 2× faster than sequence nextval()", f"{x:.2f}× faster", x >= 2))
-    x = ns[UUID7] / ns[SFU]
-    out.append(("Per call: snowflake_uuidv7() ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
+    if UUID7 in ns:
+        x = ns[UUID7] / ns[SF]
+        out.append(("Per call: ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
+        x = ns[UUID7] / ns[SFU]
+        out.append(("Per call: snowflake_uuidv7() ≥ 5× faster than uuidv7()", f"{x:.2f}× faster", x >= 5))
+    if "connect" in r:
+        extra = r["connect"]["extra_ms"]
+        for name in (SF, SFU):
+            x = extra[name] - extra[SEQ]
+            out.append((f"New connection: the first {name} ≤ 0.1 ms over a sequence's first nextval() (pgbench -C)",
+                        f"{x:+.3f} ms", x <= 0.1))
+    return out
+
+
+def targets(r):
+    conc, fill, batch = r["concurrency"], r["fill"], r["batch"]
+    out = per_call_targets(r)
     multi = [n for n in conc["bulk"][SF] if int(n) >= 2]
     worst = min(conc["bulk"][SF][n]["ids_per_s"] / conc["bulk"][SEQ][n]["ids_per_s"] for n in multi)
     out.append(("Bulk, 2+ clients: throughput ≥ 3× sequence nextval()", f"{worst:.2f}× (worst client count)", worst >= 3))
@@ -557,12 +619,6 @@ def targets(r):
     big = [n for n in array if int(n) >= 1000]
     worst = max(array[n] / single[n] for n in big)
     out.append(("Batch of 1,000+: snowflake_nextval_array(n) as one value ≤ 0.5× single calls per ID", f"{worst:.2f}× (worst n)", worst <= 0.5))
-    if "connect" in r:
-        extra = r["connect"]["extra_ms"]
-        for name in (SF, SFU):
-            x = extra[name] - extra[SEQ]
-            out.append((f"New connection: the first {name} ≤ 0.1 ms over a sequence's first nextval() (pgbench -C)",
-                        f"{x:+.3f} ms", x <= 0.1))
     if "backfill" in r:
         t = r["backfill"]["seconds"]["bf_ordered"]
         x = t["snowflake_nextval_at(created_at)"] / t["snowflake_nextval()"]
@@ -801,6 +857,27 @@ def plots(r, out_dir):
     plt.close(fig)
 
 
+def ab_server(lib_dir):
+    """A server of an earlier commit's library, beside this one's and made
+    the same way. It finds that library first (dynamic_library_path), as
+    the library's own name, so its background workers load it too; only
+    its snowflake_nextval() is used, created from its C symbol (the
+    commit's SQL is not needed). The commit must know this major."""
+    s = Server("bench-ab", conf={"dynamic_library_path": f"'{lib_dir}:$libdir'"})
+    s.start()
+    s.sql("CREATE FUNCTION snowflake_nextval() RETURNS bigint STRICT VOLATILE PARALLEL SAFE "
+          "LANGUAGE c AS 'snowflake_id', 'snowflake_nextval_wrapper'")
+    # The library a backend has mapped, after a call: the earlier one.
+    with s.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT snowflake_nextval(), pg_backend_pid()")
+        pid = cur.fetchone()[1]
+        with open(f"/proc/{pid}/maps") as f:
+            mapped = {line.split()[-1] for line in f if line.rstrip().endswith("/snowflake_id.so")}
+    if mapped != {os.path.join(lib_dir, "snowflake_id.so")}:
+        raise SystemExit(f"the A/B server's backend has {mapped or 'no snowflake_id.so'} mapped, not {lib_dir}'s")
+    return s
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="where results.md, .json and plots go")
@@ -826,6 +903,10 @@ def main():
                    help="run these cases and merge them into the existing results")
     p.add_argument("--latency-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-latency"),
                    help="where bench/latency.c is compiled to")
+    p.add_argument("--pairs", type=int, default=30, help="back-to-back pairs of the per-call case's judged ratio")
+    p.add_argument("--paired-n", type=int, default=MILLION, help="calls in each half of a pair")
+    p.add_argument("--ab-dir", help="a directory holding an earlier commit's snowflake_id.so (bench/run.sh --ab)")
+    p.add_argument("--ab-commit", help="that commit, as the report names it")
     p.add_argument("--clock-bin", default=os.path.join(tempfile.gettempdir(), "snowflake_id-clock"),
                    help="where bench/clock.c is compiled to")
     args = p.parse_args()
@@ -835,7 +916,9 @@ def main():
             plots(json.load(f), args.out)
         return
 
-    build = subprocess.run(
+    # The libpq client only where a case uses it: a server run from a
+    # distribution's packages may lack libpq's headers (Debian's 19 here).
+    build = subprocess.run(["true"]) if args.only and "concurrency" not in args.only else subprocess.run(
         ["gcc", "-O2", "-o", args.latency_bin, os.path.join(HERE, "latency.c"),
          "-I" + subprocess.check_output([f"{PG_BIN}/pg_config", "--includedir"], text=True).strip(),
          "-lpq", "-lpthread"],
@@ -849,17 +932,27 @@ def main():
 
     srv = Server("bench")
     srv.start()
+    ab_srv = None
     try:
         # The comparison users get: uuidv7() and gen_random_uuid() take their
         # randomness from OpenSSL where the server was built with it, as
-        # distributions build it, and read /dev/urandom otherwise.
+        # distributions build it, and read /dev/urandom otherwise. Before 18
+        # there is no uuidv7(): the cases that need it are left out there.
         major = int(srv.one("SHOW server_version_num")) // 10000
-        if major < 18 or srv.one("SHOW ssl_library") != "OpenSSL":
-            raise SystemExit(f"the benchmark needs PostgreSQL 18 or later built with OpenSSL (PG_BIN={PG_BIN})")
+        if srv.one("SHOW ssl_library") != "OpenSSL":
+            raise SystemExit(f"the benchmark needs a PostgreSQL built with OpenSSL (PG_BIN={PG_BIN})")
+        if major < 18:
+            cases = set(args.only or ())
+            if not args.only or cases - {"per_call", "connect"}:
+                raise SystemExit(f"PostgreSQL {major} has no uuidv7(): run --only per_call connect there")
+            COMPETITORS[:] = [c for c in COMPETITORS if c.name not in (UUID7, SFU)]
         srv.sql("CREATE EXTENSION snowflake_id")
         with open(os.path.join(HERE, "competitors.sql")) as f:
             srv.sql(f.read())
         bench = Bench(srv, args)
+        if args.ab_dir:
+            ab_srv = ab_server(args.ab_dir)
+            bench.ab = Bench(ab_srv, args, status=False)
         result = {"machine": machine(srv), "args": vars(args)}
         # A key for the opaque IDs, as an operator sets one up (README:
         # outside the data directory).
@@ -880,6 +973,8 @@ def main():
         )
     finally:
         srv.destroy()
+        if ab_srv is not None:
+            ab_srv.destroy()
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "results.json")
@@ -908,6 +1003,10 @@ def main():
         print(f"Written to {args.out}: results.md, results.json, per_call.png, concurrency.png, fill.png, batch.png")
     else:
         print(json.dumps({c: result[c] for c in cases}, indent=1, default=str))
+        if "per_call" in cases:
+            print(f"\nPostgreSQL {result['machine']['postgres']}, {result['machine']['date']}:")
+            for goal, value, ok in per_call_targets(json.loads(json.dumps(result, default=str))):
+                print(f"  {verdict(ok):>12}  {value:>28}  {goal}")
 
 
 if __name__ == "__main__":

@@ -774,9 +774,11 @@ pub fn problem(shm: &Shmem) -> Option<Failure> {
     record().is_none().then(not_updated)
 }
 
-/// After a restart, IDs go on where they were after a floor this server
-/// made above copied IDs ahead of its clock (the lead melting since, at an
-/// eighth of the clock's pace).
+/// IDs go on where they were after a floor this server made above copied
+/// IDs ahead of its clock (the lead melting since, at an eighth of the
+/// clock's pace). Each durable mark carries the term, so a restart has it
+/// before any database's first ID; the record gives it where the mark was
+/// written by a library that did not keep it.
 fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
     if let Some(term) = rows
         .iter()

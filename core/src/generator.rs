@@ -88,11 +88,30 @@ impl Shared {
         self.continue_term.fetch_max(term, Ordering::Relaxed);
     }
 
+    /// The largest term given to [`Self::continue_with`] (0: none), which
+    /// each durable mark carries.
+    pub fn continue_term(&self) -> i64 {
+        self.continue_term.load(Ordering::Relaxed)
+    }
+
     /// The instant generation works from when the clock reads `clock_ms`
     /// (one load, on the line the call reads anyway).
     #[inline]
     pub fn now_ms(&self, clock_ms: i64) -> i64 {
         crate::copies::generation_now(clock_ms, self.continue_term.load(Ordering::Relaxed))
+    }
+
+    /// How long, on the clock, until generation's time, now `gen_ms`, has
+    /// moved on `wait_ms`: what the errors announce. While a lead melts,
+    /// `gen_ms` is 7/8 of the clock plus the term, which gives the clock.
+    pub fn real_wait_at(&self, wait_ms: u64, gen_ms: i64) -> u64 {
+        let term = self.continue_term.load(Ordering::Relaxed);
+        if term == 0 {
+            return wait_ms;
+        }
+        let pace = 1i128 << crate::copies::CATCH_UP_SHIFT;
+        let clock_ms = ((i128::from(gen_ms) - i128::from(term)) * pace / (pace - 1)) as i64;
+        crate::copies::real_wait_ms(wait_ms, clock_ms, term)
     }
 
     /// How long to sleep for generation's time to move on `wait_ms`.
@@ -433,7 +452,7 @@ pub fn generate<E: Env>(
                         return Err(env.fail(clock_behind(
                             policy,
                             behind,
-                            wait,
+                            shared.real_wait_at(wait, now),
                             budget.waited_ms(),
                         )));
                     }
@@ -455,6 +474,7 @@ pub fn generate<E: Env>(
                 let wait = (layout.tick_start_ms(retry_tick) - now).max(1) as u64;
                 if wait > budget.left_ms() {
                     let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
+                    let wait = shared.real_wait_at(wait, now);
                     return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
                 }
                 budget.waited_us += env.wait_ms(wait)?;
@@ -466,6 +486,7 @@ pub fn generate<E: Env>(
             }) => {
                 let wait = (layout.tick_start_ms(resume_tick) - now).max(1) as u64;
                 let behind = (layout.tick_start_ms(next_tick) - now).max(0) as u64;
+                let wait = shared.real_wait_at(wait, now);
                 return Err(env.fail(clock_behind(policy, behind, wait, budget.waited_ms())));
             }
         }
@@ -551,7 +572,7 @@ pub fn time_problem(
     let resume_tick = next_tick
         .checked_sub(lim.lead_ticks)
         .filter(|&t| t > now_tick)?;
-    let wait = (layout.tick_start_ms(resume_tick) - now) as u64;
+    let wait = shared.real_wait_at((layout.tick_start_ms(resume_tick) - now) as u64, now);
     let behind = (layout.tick_start_ms(next_tick) - now) as u64;
     (wait > policy.max_wait_ms).then(|| clock_behind(policy, behind, wait, 0))
 }
@@ -702,6 +723,37 @@ mod tests {
 
     fn durable(shared: &Shared) {
         shared.publish_durable(u64::MAX - 1);
+    }
+
+    #[test]
+    fn waits_announced_while_a_lead_melts_are_the_clocks() {
+        let sh = Shared::resume(None, 12);
+        assert_eq!(sh.real_wait_at(700, DEFAULT_EPOCH_MS), 700);
+        let now = DEFAULT_EPOCH_MS + 1_000_000;
+        let term = now / 8 + 60_000;
+        sh.continue_with(term);
+        assert_eq!(sh.continue_term(), term);
+        // From generation's time alone, the clock's wait: 8/7 while the lead
+        // lasts, the same once it is gone.
+        for clock in [
+            now,
+            now + 1_000,
+            now + 400_000,
+            now + 479_000,
+            now + 481_000,
+            now + 10_000_000,
+        ] {
+            let gen = crate::copies::generation_now(clock, term);
+            assert_eq!(
+                sh.real_wait_at(700, gen),
+                crate::copies::real_wait_ms(700, clock, term),
+                "clock {clock}"
+            );
+        }
+        assert_eq!(
+            sh.real_wait_at(700, crate::copies::generation_now(now, term)),
+            800
+        );
     }
 
     #[test]

@@ -111,6 +111,12 @@ pub struct Record {
     pub system_id: u64,
     /// The timeline that server was on; 0 when unknown (format 1).
     pub timeline: u32,
+    /// The generator's `copies::continue_term` at the write (0: none), so
+    /// that a restart, a crash or a promoted standby continues from copied
+    /// IDs ahead of the clock as the server did, in every database at
+    /// once. Bytes format 2 left zero, so a file written before reads as
+    /// none, and a library before this one ignores it.
+    pub continue_term: i64,
 }
 
 /// CRC-32C (Castagnoli), bit by bit: the record is 60 bytes and written a
@@ -137,6 +143,7 @@ impl Record {
         self.encode_fields(&mut b);
         b[56..64].copy_from_slice(&self.system_id.to_le_bytes());
         b[64..68].copy_from_slice(&self.timeline.to_le_bytes());
+        b[68..76].copy_from_slice(&self.continue_term.to_le_bytes());
         let crc = crc32c(&b[0..RECORD - 4]);
         b[RECORD - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -180,12 +187,13 @@ impl Record {
             1 => FieldOrder::TimeSequenceWorker,
             _ => return None,
         };
-        let (system_id, timeline) = match version {
+        let (system_id, timeline, continue_term) = match version {
             2 => (
                 u64_at(56),
                 u32::from_le_bytes(b[64..68].try_into().unwrap()),
+                u64_at(68) as i64,
             ),
-            _ => (0, 0),
+            _ => (0, 0, 0),
         };
         Some((
             Record {
@@ -203,6 +211,7 @@ impl Record {
                 written_at_ms: u64_at(48) as i64,
                 system_id,
                 timeline,
+                continue_term,
             },
             version,
         ))
@@ -333,6 +342,7 @@ mod tests {
             written_at_ms: 1_750_000_000_000,
             system_id: 7_300_000_000_000_000_001,
             timeline: 3,
+            continue_term: 218_750_000_000,
         }
     }
 
@@ -424,6 +434,7 @@ mod tests {
         let unknown_origin = Record {
             system_id: 0,
             timeline: 0,
+            continue_term: 0,
             ..new
         };
         assert_eq!(f.read().unwrap(), Stored::Valid(unknown_origin));

@@ -196,6 +196,7 @@ mod tests {
             written_at_ms: 0,
             system_id: 11,
             timeline: 1,
+            continue_term: 0,
         }
     }
 

@@ -255,6 +255,7 @@ fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
         written_at_ms: now_ms(),
         system_id,
         timeline,
+        continue_term: shm.gen.continue_term(),
     };
     let lsn = redo::log(&rec);
     file().write(&rec).map_err(|e| io_failure("write", e))?;

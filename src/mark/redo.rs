@@ -145,6 +145,7 @@ fn replay(rec: &Record) {
             Ok(cfg) if same_settings => {
                 shm.gen
                     .raise_floor(rec.mark_tick, cfg.layout.sequence_bits());
+                shm.gen.continue_with(rec.continue_term);
             }
             // Under other settings the mark's ticks mean other IDs: refuse as
             // a restart would, with the same way out (adopt settings).

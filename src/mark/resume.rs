@@ -60,6 +60,8 @@ pub fn at_start(shm: &Shmem) {
         Resume::Fresh => shm.gen.reset(None, s),
         Resume::Continue { rec, worker_was } => {
             shm.gen.reset(Some(rec.mark_tick), s);
+            // Settings that changed refuse in decide(): the term is of these.
+            shm.gen.continue_with(rec.continue_term);
             shm.mark.note(&rec, MarkSource::StateFile);
             if let (Some(was), Some(now)) = (worker_was, cfg.worker.fixed()) {
                 log!("snowflake_id: worker id changed from {was} to {now}; new IDs continue above every ID issued before");

@@ -12,7 +12,7 @@ it, so a floor that missed the column would issue below it."""
 import re
 import threading
 
-from harness import pg_major, server, wait_until
+from harness import Server, pg_major, server, servers, wait_until
 
 COLUMNS = """
 CREATE DOMAIN id1 AS bigint;
@@ -206,3 +206,54 @@ def test_after_a_floor_ahead_of_the_clock_ids_flow_at_the_layouts_rate():
         ask_for_a_floor(s, 1)
         s.sql("INSERT INTO t SELECT FROM generate_series(1, 1000000)")
         assert s.one(f"SELECT count(*) FROM t WHERE id > {v}") == 1_000_000
+
+
+def test_a_restart_or_crash_after_a_floor_ahead_of_the_clock_issues_in_every_database_at_once():
+    """After a floor above copied IDs 40 minutes ahead of the clock (inside
+    the hour a floor follows), a restart, a backend's crash and a kill -9 of
+    the whole server each leave IDs flowing from the copied IDs' time: the
+    first ID of a database that holds no copy, taken before the floored
+    database's, neither waits for the clock nor fails (the durable mark
+    carries where generation was); so does a standby that streamed from
+    before the floor, promoted (the marks it replayed carry it)."""
+    with server("copies-restart") as s, servers() as made:
+        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        s.sql("CREATE DATABASE other")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        standby = Server("copies-restart-standby", copy_of=s, standby=True)
+        made.append(standby)
+        standby.start()
+        v = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '40 min')")
+        s.sql(f"INSERT INTO t (id) VALUES ({v})")
+        ask_for_a_floor(s, 1)
+        last = s.one("SELECT snowflake_nextval()")
+        assert last > v
+
+        def crash_a_backend():
+            conn = s.connect()
+            pid = conn.cursor()
+            pid.execute("SELECT pg_backend_pid()")
+            s.kill9(pid.fetchone()[0])
+            conn.close()
+            s.wait_for_log("reinitializing", "the postmaster did not restart after the crash")
+            s.connect_retry().close()
+
+        def crash_everything():
+            s.kill9_all()
+            s.start()
+
+        for stop in (s.restart, crash_a_backend, crash_everything):
+            stop()
+            waits = s.one("SELECT waits FROM snowflake_id.snowflake_status", dbname="other")
+            first = s.one("SELECT snowflake_nextval()", dbname="other")
+            assert first > last, stop.__name__
+            assert s.one("SELECT waits FROM snowflake_id.snowflake_status", dbname="other") == waits, stop.__name__
+            last = s.one("SELECT max(x) FROM (SELECT snowflake_nextval() AS x FROM generate_series(1, 1000)) i")
+            assert last > first
+
+        lsn = s.one("SELECT pg_current_wal_insert_lsn()::text")
+        standby.wait_for(f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn", what="the standby did not replay the marks")
+        s.stop("immediate")
+        standby.promote()
+        standby.wait_for("SELECT NOT pg_is_in_recovery()", what="the standby was not promoted")
+        assert standby.one("SELECT snowflake_nextval()", dbname="other") > last
