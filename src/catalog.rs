@@ -59,3 +59,24 @@ pub fn may_draw() -> bool {
         c.select(&query, None, &[])?.first().get_one::<bool>()
     })) == Some(true)
 }
+
+/// `name` qualified with the schema the extension is in, so that a HINT's
+/// statement works when pasted whatever the search path.
+pub fn qualified(name: &str) -> String {
+    let mut schema = None;
+    spi::each_of_latest_data(
+        "SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_extension x
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.extnamespace
+         WHERE x.extname OPERATOR(pg_catalog.=) 'snowflake_id'",
+        &[],
+        1,
+        |row| {
+            schema = row.get::<String>(1)?;
+            Ok(false)
+        },
+    );
+    match schema {
+        Some(s) => format!("{}.{name}", crate::pg::text::ident(&s)),
+        None => name.to_string(),
+    }
+}

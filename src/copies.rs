@@ -494,13 +494,19 @@ pub fn floor_if_copied(
     }
     // Copied IDs ahead of the clock this database holds refuse, without a
     // read, until the clock brings them within the hour (then the floor
-    // runs again) or an operator settles them.
+    // runs again) or an operator settles them. Restored from a durable mark
+    // (their IDs unknown), a floor finds out whether they still are.
+    let me = xlog::origin().0 as i64;
+    let mut set_aside = false;
     if let Some((f, id, refused_in)) = shm.refusal.copies_failure() {
         if refused_in == db && id > copies::plausible_upper(&cfg.layout, clock::now_ms()) {
             return Err(f);
         }
+        set_aside = refused_in == db && id == 0;
     }
-    let me = xlog::origin().0 as i64;
+    let needed = |rows: &[FloorRow], copies_now| {
+        copies::floor_needed(me, rows, copies_now).or(set_aside.then_some(copies::Why::SetAside))
+    };
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let Some(oid) = record() else {
             return Err(not_updated());
@@ -512,7 +518,7 @@ pub fn floor_if_copied(
         // active: a repeatable-read writer's check can miss such a restore;
         // the next session's does not.)
         let (rows, copies_now) = spi::with_latest_snapshot(read_record);
-        if copies::floor_needed(me, &rows, copies_now).is_none() {
+        if needed(&rows, copies_now).is_none() {
             continue_from_record(shm, cfg, me, &rows);
             return Ok(());
         }
@@ -527,7 +533,7 @@ pub fn floor_if_copied(
                     return Ok(());
                 }
                 let (rows, copies_now) = spi::with_latest_snapshot(read_record);
-                let Some(why) = copies::floor_needed(me, &rows, copies_now) else {
+                let Some(why) = needed(&rows, copies_now) else {
                     continue_from_record(shm, cfg, me, &rows);
                     return Ok(());
                 };
@@ -584,10 +590,11 @@ fn floor(
         why.describe(),
         columns.len()
     );
+    let now_ms = clock::now_ms();
     let found = highest(
         &columns,
         &cfg.layout,
-        copies::plausible_upper(&cfg.layout, clock::now_ms()),
+        copies::plausible_upper(&cfg.layout, now_ms),
     );
     let said = match &found.highest {
         Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
@@ -600,11 +607,13 @@ fn floor(
                 "snowflake_id: {} (the database refuses IDs until then)",
                 f.message
             );
-            mark::refuse_for_copies(shm, &f, *id, process::database_id().to_u32());
+            let ceiling = copies::ceiling_tick(&cfg.layout, now_ms);
+            mark::refuse_for_copies(shm, cfg, &f, *id, process::database_id().to_u32(), ceiling);
             return Err(f);
         }
     }
-    mark::lift_copies(shm, &cfg.layout, None);
+    // Nothing so far ahead here (any more).
+    mark::lift_copies(shm, cfg, Some(process::database_id().to_u32()));
     // What backfills leased at past times, wherever the data was made.
     let backfilled = mark::leases::raise_copied(shm, &read_leases())?;
     let said = match backfilled {
@@ -639,7 +648,7 @@ fn floor(
 fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     let made = layout.decode(id).map(|d| d.unix_ms).unwrap_or(0);
     let db = database_name();
-    let resume = in_extension_schema("snowflake_resume_above");
+    let resume = crate::catalog::qualified("snowflake_resume_above");
     Failure::new(
         Class::NotReady,
         format!(
@@ -652,27 +661,6 @@ fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     .hint(format!(
         "If this server's clock is behind, correct it: the next ID in database \"{db}\" floors again. If {id} is an ID to stay above: SELECT {resume}({id}); (IDs then wait for the clock while they run more than snowflake_id.max_lead ahead of it). If it is no ID (a sentinel, a typo): SELECT {resume}(); in database \"{db}\" floors below it and sets it aside."
     ))
-}
-
-/// `name` qualified with the schema the extension is in, so that a HINT's
-/// statement works when pasted whatever the search path.
-fn in_extension_schema(name: &str) -> String {
-    let mut schema = None;
-    spi::each_of_latest_data(
-        "SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_extension x
-         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.extnamespace
-         WHERE x.extname OPERATOR(pg_catalog.=) 'snowflake_id'",
-        &[],
-        1,
-        |row| {
-            schema = row.get::<String>(1)?;
-            Ok(false)
-        },
-    );
-    match schema {
-        Some(s) => format!("{}.{name}", crate::pg::text::ident(&s)),
-        None => name.to_string(),
-    }
 }
 
 /// Notes a backfill lease in this database's record, in the caller's
@@ -834,7 +822,7 @@ pub fn resume_above_everything(
                 found.highest.as_ref().map(|h| h.0),
             );
         }
-        mark::lift_copies(shm, &cfg.layout, Some(process::database_id().to_u32()));
+        mark::lift_copies(shm, cfg, Some(process::database_id().to_u32()));
         Ok(match found.ahead {
             Some((v, at)) => format!(
                 "{said}; set aside as no ID: {at} holds {v} (made at {}, more than an hour ahead of the clock)",

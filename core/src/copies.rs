@@ -19,6 +19,8 @@
 //! shell's (`copies.rs`, the record's guard).
 
 use crate::layout::Layout;
+use crate::timefmt::format_instant;
+use crate::{Class, Failure};
 
 /// One server's row in a database's record of floors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +59,10 @@ pub enum Why {
     /// No row at all: a database new to this server, a record emptied, or
     /// rows that came without it.
     NoRecord,
+    /// It held copied IDs set aside as more than an hour ahead of the
+    /// clock, unsettled when the server restarted: only a read tells
+    /// whether they still are.
+    SetAside,
 }
 
 impl Why {
@@ -82,6 +88,10 @@ impl Why {
             Why::InitialCopy => "a subscription copied tables into it".to_string(),
             Why::NoRecord => {
                 "no floor of this server covers it yet (new here, or its record of floors was emptied)"
+                    .to_string()
+            }
+            Why::SetAside => {
+                "it held copied IDs more than an hour ahead of the clock, set aside and unsettled before the server restarted"
                     .to_string()
             }
         }
@@ -251,6 +261,48 @@ pub fn plausible_upper(layout: &Layout, now_ms: i64) -> i64 {
         .lower_bound(i128::from(until_ms + 1) * 1000)
         .unwrap_or(i64::MAX);
     first_after.saturating_sub(1).max(0)
+}
+
+/// The first tick IDs a floor sets aside at `now_ms` can carry (they are
+/// above [`plausible_upper`]): while they are unsettled, no database's ID
+/// reaches it, so that none repeats them whichever database asks first
+/// once the clock gets there.
+pub fn ceiling_tick(layout: &Layout, now_ms: i64) -> u64 {
+    layout
+        .decode_tick(plausible_upper(layout, now_ms))
+        .unwrap_or(u64::MAX)
+}
+
+/// The error of an ID that would reach the ceiling: `db` holds the IDs set
+/// aside; `nextval` and `resume` are the functions' names as pasted.
+pub fn past_ceiling(layout: &Layout, tick: u64, db: &str, nextval: &str, resume: &str) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "snowflake_id issues no ID made at {} or later: database \"{db}\" holds IDs copied from another server from then on, set aside as more than an hour ahead of the clock and not settled",
+            format_instant(layout.tick_start_ms(tick))
+        ),
+    )
+    .detail("An ID of any database past that time could repeat one of them.")
+    .hint(format!(
+        "In database \"{db}\", SELECT {nextval}(); floors above them once the clock is within an hour of them, and IDs continue in every database; while they are further ahead its error says how to settle them (SELECT {resume}(); there sets them aside as no IDs)."
+    ))
+}
+
+/// What the status says of a ceiling a durable mark carried over a restart,
+/// until its database floors again (the mark names the database by OID).
+pub fn unsettled(layout: &Layout, tick: u64, database: u32) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "copied IDs that a floor set aside in the database of OID {database}, more than an hour ahead of the clock, are not settled: no ID made at {} or later is issued in any database",
+            format_instant(layout.tick_start_ms(tick))
+        ),
+    )
+    .detail("An ID of any database past that time could repeat one of them.")
+    .hint(format!(
+        "Take one ID in that database (SELECT datname FROM pg_database WHERE oid = {database};): it floors again, and lifts this or says how to settle them."
+    ))
 }
 
 #[cfg(test)]
@@ -462,5 +514,10 @@ mod tests {
         assert!(l.decode(upper + 1).unwrap().unix_ms > now + COPY_LEAD_LIMIT_MS);
         // Near the layout's end, every ID is one.
         assert_eq!(plausible_upper(&l, l.end_ms() - 10), i64::MAX);
+        // Below the ceiling, no tick any set-aside ID can carry.
+        let c = ceiling_tick(&l, now);
+        assert_eq!(l.decode_tick(upper).unwrap(), c);
+        assert!(l.decode_tick(upper + 1).unwrap() >= c);
+        assert!(l.tick_start_ms(c - 1) < now + COPY_LEAD_LIMIT_MS);
     }
 }

@@ -27,9 +27,13 @@ use std::path::{Path, PathBuf};
 pub const FILE_NAME: &str = "snowflake_id.state";
 
 const SLOT: usize = 512;
-/// Length of an encoded record (format 2).
-pub const RECORD: usize = 80;
-const MAGIC: [u8; 8] = *b"SNOWFLK\x02";
+/// Length of an encoded record (format 3).
+pub const RECORD: usize = 96;
+const MAGIC: [u8; 8] = *b"SNOWFLK\x03";
+/// Format 2: 80 bytes, no ceiling (earlier builds of 0.2.0 wrote it; WAL
+/// from one of them is still replayed).
+pub const RECORD_V2: usize = 80;
+const MAGIC_V2: [u8; 8] = *b"SNOWFLK\x02";
 /// Format 1 (0.1.0): 64 bytes, no system identifier or timeline.
 const MAGIC_V1: [u8; 8] = *b"SNOWFLK\x01";
 const RECORD_V1: usize = 64;
@@ -117,6 +121,18 @@ pub struct Record {
     /// once. Bytes format 2 left zero, so a file written before reads as
     /// none, and a library before this one ignores it.
     pub continue_term: i64,
+    /// The first tick no ID may carry while copied IDs a floor found more
+    /// than an hour ahead of the clock are set aside, unsettled (0: none),
+    /// and the database that holds them: every database's IDs stop below
+    /// them, across a restart too (format 3).
+    pub ceiling: Ceiling,
+}
+
+/// Where IDs stop while copied IDs ahead of the clock are unsettled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ceiling {
+    pub tick: u64,
+    pub database: u32,
 }
 
 /// CRC-32C (Castagnoli), bit by bit: the record is 60 bytes and written a
@@ -144,6 +160,8 @@ impl Record {
         b[56..64].copy_from_slice(&self.system_id.to_le_bytes());
         b[64..68].copy_from_slice(&self.timeline.to_le_bytes());
         b[68..76].copy_from_slice(&self.continue_term.to_le_bytes());
+        b[76..84].copy_from_slice(&self.ceiling.tick.to_le_bytes());
+        b[84..88].copy_from_slice(&self.ceiling.database.to_le_bytes());
         let crc = crc32c(&b[0..RECORD - 4]);
         b[RECORD - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -166,14 +184,15 @@ impl Record {
         b[48..56].copy_from_slice(&self.written_at_ms.to_le_bytes());
     }
 
-    /// A record of either format, or `None` if `b` holds none intact.
+    /// A record of any format, or `None` if `b` holds none intact.
     pub fn decode(b: &[u8]) -> Option<Record> {
         Self::decode_versioned(b).map(|(r, _)| r)
     }
 
     fn decode_versioned(b: &[u8]) -> Option<(Record, u8)> {
         let (len, version) = match b.get(0..8)? {
-            m if m == MAGIC => (RECORD, 2),
+            m if m == MAGIC => (RECORD, 3),
+            m if m == MAGIC_V2 => (RECORD_V2, 2),
             m if m == MAGIC_V1 => (RECORD_V1, 1),
             _ => return None,
         };
@@ -187,13 +206,17 @@ impl Record {
             1 => FieldOrder::TimeSequenceWorker,
             _ => return None,
         };
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let (system_id, timeline, continue_term) = match version {
-            2 => (
-                u64_at(56),
-                u32::from_le_bytes(b[64..68].try_into().unwrap()),
-                u64_at(68) as i64,
-            ),
+            2 | 3 => (u64_at(56), u32_at(64), u64_at(68) as i64),
             _ => (0, 0, 0),
+        };
+        let ceiling = match version {
+            3 => Ceiling {
+                tick: u64_at(76),
+                database: u32_at(84),
+            },
+            _ => Ceiling::default(),
         };
         Some((
             Record {
@@ -212,6 +235,7 @@ impl Record {
                 system_id,
                 timeline,
                 continue_term,
+                ceiling,
             },
             version,
         ))
@@ -260,7 +284,7 @@ impl MarkFile {
         let slots = [0, SLOT].map(|at| Record::decode_versioned(&bytes[at..]));
         Ok(match slots {
             [Some((a, _)), Some((b, _))] => Stored::Valid(if a.generation >= b.generation { a } else { b }),
-            [Some((r, 2)), None] | [None, Some((r, 2))] => Stored::Valid(r),
+            [Some((r, 2 | 3)), None] | [None, Some((r, 2 | 3))] => Stored::Valid(r),
             [Some(_), None] | [None, Some(_)] => Stored::Damaged(
                 "one of its two records fails its checksum, and the file was written by snowflake_id 0.1.0, which kept the newest mark in one slot only".into(),
             ),
@@ -343,6 +367,10 @@ mod tests {
             system_id: 7_300_000_000_000_000_001,
             timeline: 3,
             continue_term: 218_750_000_000,
+            ceiling: Ceiling {
+                tick: 1 << 40,
+                database: 16_384,
+            },
         }
     }
 
@@ -435,6 +463,7 @@ mod tests {
             system_id: 0,
             timeline: 0,
             continue_term: 0,
+            ceiling: Ceiling::default(),
             ..new
         };
         assert_eq!(f.read().unwrap(), Stored::Valid(unknown_origin));
@@ -442,11 +471,28 @@ mod tests {
         // older than IDs already issued.
         flip(&f.path(), SLOT + 41);
         assert!(matches!(f.read().unwrap(), Stored::Damaged(why) if why.contains("0.1.0")));
-        // The next write moves the file to format 2 whole.
+        // The next write moves the file to the current format whole.
         f.write(&record(4, 400)).unwrap();
         flip(&f.path(), 41);
         assert_eq!(f.read().unwrap(), Stored::Valid(record(4, 400)));
         fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn format_2_records_are_read_without_a_ceiling() {
+        let r = record(5, 500);
+        let mut b = [0u8; RECORD_V2];
+        b[0..8].copy_from_slice(&MAGIC_V2);
+        b[..RECORD_V2 - 4].copy_from_slice(&r.encode()[..RECORD_V2 - 4]);
+        b[0..8].copy_from_slice(&MAGIC_V2);
+        let crc = crc32c(&b[0..RECORD_V2 - 4]);
+        b[RECORD_V2 - 4..].copy_from_slice(&crc.to_le_bytes());
+        let without = Record {
+            ceiling: Ceiling::default(),
+            ..r
+        };
+        assert_eq!(Record::decode(&b), Some(without));
+        assert_eq!(Record::decode(&r.encode()), Some(r));
     }
 
     #[test]

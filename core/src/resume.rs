@@ -197,6 +197,7 @@ mod tests {
             system_id: 11,
             timeline: 1,
             continue_term: 0,
+            ceiling: Default::default(),
         }
     }
 

@@ -100,7 +100,7 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
 pub fn resume_above(shm: &Shmem, cfg: &Config, lim: &Limits, id: i64) -> Result<String, Failure> {
     require_superuser("snowflake_resume_above()")?;
     let said = floor_above(shm, cfg, lim, id, ADMIN_STANDBY_WAIT_MS)?;
-    super::lift_copies(shm, &cfg.layout, None);
+    super::lift_copies(shm, cfg, None);
     Ok(said)
 }
 

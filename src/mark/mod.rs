@@ -27,7 +27,7 @@ use crate::shmem::Shmem;
 use file::{file, io_failure};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
-use snowflake_id_core::mark::{Identity, Record, WORKER_UNKNOWN};
+use snowflake_id_core::mark::{Ceiling, Identity, Record, WORKER_UNKNOWN};
 use snowflake_id_core::resume::Resume;
 use snowflake_id_core::{Class, Failure};
 use standby::{standby_silent, waits_for_standbys};
@@ -99,11 +99,36 @@ pub fn refuse_for_claim(shm: &Shmem, refuse: bool) -> bool {
 
 /// Refuses generation in database `db` for copied IDs up to `id` it holds,
 /// ahead of the clock and above the mark (a floor found them); every
-/// database's status says so. The other databases issue on: their data is
-/// none of it.
-pub fn refuse_for_copies(shm: &Shmem, why: &Failure, id: i64, db: u32) {
-    shm.mark
-        .with_lock(|| shm.refusal.refuse_for_copies(why, id, db));
+/// database's status says so. The other databases issue on (their data is
+/// none of it), below `ceiling`, the first tick the set-aside IDs can
+/// carry: no ID of any database reaches them while they are unsettled,
+/// after a restart too (the ceiling is written into a durable mark now).
+pub fn refuse_for_copies(shm: &Shmem, cfg: &Config, why: &Failure, id: i64, db: u32, ceiling: u64) {
+    let written = shm.mark.with_lock(|| {
+        shm.refusal.refuse_for_copies(why, id, db, ceiling);
+        if shm.gen.durable_end() > ceiling {
+            shm.gen.revoke_durable();
+        }
+        // The mark stays where it is; the record now carries the ceiling.
+        shm.mark.tick().map(|tick| write(shm, cfg, tick))
+    });
+    if let Some(Err(f)) = written {
+        crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
+    }
+}
+
+/// The error of a caller whose ID would reach the ceiling of set-aside
+/// copied IDs.
+fn past_ceiling(layout: &snowflake_id_core::layout::Layout, c: Ceiling) -> Failure {
+    let db = crate::pg::database::name(pgrx::pg_sys::Oid::from(c.database))
+        .unwrap_or_else(|| format!("of OID {}", c.database));
+    snowflake_id_core::copies::past_ceiling(
+        layout,
+        c.tick,
+        &db,
+        &crate::catalog::qualified("snowflake_nextval"),
+        &crate::catalog::qualified("snowflake_resume_above"),
+    )
 }
 
 /// Whether every later ID of this server is above `id` (of any worker).
@@ -114,19 +139,23 @@ pub fn covers(shm: &Shmem, layout: &snowflake_id_core::layout::Layout, id: i64) 
 }
 
 /// Lifts the refusal for copied IDs ahead of the clock where the next ID is
-/// above them, or where an operator said what they are in their database
-/// (`set_aside_in`).
-pub fn lift_copies(
-    shm: &Shmem,
-    layout: &snowflake_id_core::layout::Layout,
-    set_aside_in: Option<u32>,
-) {
+/// above them, or where their database holds none any more (`settled_in`:
+/// a floor there found none so far ahead, or an operator said what they
+/// are). Restored from a durable mark, their IDs are unknown: only their
+/// database lifts it.
+pub fn lift_copies(shm: &Shmem, cfg: &Config, settled_in: Option<u32>) {
     let Some((_, id, db)) = shm.refusal.copies_failure() else {
         return;
     };
-    let all = set_aside_in == Some(db);
-    if all || covers(shm, layout, id) {
-        shm.mark.with_lock(|| shm.refusal.lift_copies());
+    if settled_in == Some(db) || (id > 0 && covers(shm, &cfg.layout, id)) {
+        // Written, so that a crash does not bring the ceiling back.
+        let written = shm.mark.with_lock(|| {
+            shm.refusal.lift_copies();
+            shm.mark.tick().map(|tick| write(shm, cfg, tick))
+        });
+        if let Some(Err(f)) = written {
+            crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
+        }
     }
 }
 
@@ -197,8 +226,18 @@ pub fn extend(
 ) -> Result<u64, Failure> {
     may_issue(shm)?;
     let reservation = Reservation::for_layout(&cfg.layout);
+    let mut past = None;
     let pending = shm.mark.with_lock(|| {
         resume::floor_if_copied(shm, cfg, lim);
+        // While set-aside copied IDs are unsettled, no mark reaches them.
+        let ceiling = shm.refusal.ceiling();
+        let below = |mark: u64| ceiling.map_or(mark, |c| mark.min(c.tick.saturating_sub(1)));
+        if let (Some(c), Trigger::Caller { through_tick, .. }) = (ceiling, trigger) {
+            if through_tick >= c.tick {
+                past = Some(c);
+                return Ok(None);
+            }
+        }
         let written_here = shm.mark.source() == MarkSource::WrittenHere;
         let through_tick = match trigger {
             Trigger::Caller { through_tick, .. } if shm.gen.durable_end() > through_tick => {
@@ -209,7 +248,7 @@ pub fn extend(
                 if written_here && shm.mark.tick().is_some_and(|m| m >= through_tick) =>
             {
                 return Ok(Some(Written {
-                    mark: shm.mark.tick().unwrap_or(0),
+                    mark: below(shm.mark.tick().unwrap_or(0)),
                     lsn: shm.mark.logged_lsn(),
                 }));
             }
@@ -224,7 +263,15 @@ pub fn extend(
                 0
             }
         };
-        let mark = reservation.next_mark(&shm.gen, lim, now_tick, through_tick, shm.mark.tick());
+        let mark =
+            below(reservation.next_mark(&shm.gen, lim, now_tick, through_tick, shm.mark.tick()));
+        if ceiling.is_some() && shm.mark.tick().is_some_and(|m| m >= mark) && through_tick <= mark {
+            // At the ceiling already: nothing to move (the reserver).
+            return Ok(Some(Written {
+                mark,
+                lsn: shm.mark.logged_lsn(),
+            }));
+        }
         let w = write(shm, cfg, mark)?;
         let counter = match trigger {
             Trigger::Caller { .. } => &shm.counters.caller_writes,
@@ -233,6 +280,9 @@ pub fn extend(
         counter.fetch_add(1, Ordering::Relaxed);
         Ok(Some(w))
     })?;
+    if let Some(c) = past {
+        return Err(past_ceiling(&cfg.layout, c));
+    }
     let budget_ms = match trigger {
         Trigger::Caller { budget_ms, .. } => budget_ms,
         Trigger::Reserver { .. } => RESERVER_STANDBY_WAIT_MS,
@@ -256,6 +306,7 @@ fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
         system_id,
         timeline,
         continue_term: shm.gen.continue_term(),
+        ceiling: shm.refusal.ceiling().unwrap_or_default(),
     };
     let lsn = redo::log(&rec);
     file().write(&rec).map_err(|e| io_failure("write", e))?;
@@ -307,7 +358,13 @@ fn publish(shm: &Shmem, w: Written, budget_ms: u64) -> Result<u64, Failure> {
     // A claim refusal that came while this mark was written revoked the
     // window before this publish: revoke it again (the flag is set before
     // the revocation, both sequentially consistent: `refuse_for_claim`).
-    if shm.refusal.claim() {
+    // So does a ceiling set meanwhile that the window now passes.
+    if shm.refusal.claim()
+        || shm
+            .refusal
+            .ceiling()
+            .is_some_and(|c| shm.gen.durable_end() > c.tick)
+    {
         shm.gen.revoke_durable();
     }
     Ok(waited_us.unwrap_or(0))

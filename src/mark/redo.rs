@@ -127,7 +127,12 @@ fn replay(rec: &Record) {
             Some(k) if same_settings => rec.mark_tick.max(k),
             _ => rec.mark_tick,
         };
-        if known == Some(tick) && shm.mark.origin() == (rec.system_id, rec.timeline) {
+        // Each record says whether a ceiling stands (records are replayed
+        // in order, through the one the state file holds).
+        if known == Some(tick)
+            && shm.mark.origin() == (rec.system_id, rec.timeline)
+            && shm.refusal.ceiling().unwrap_or_default() == rec.ceiling
+        {
             return; // nothing new (a mark logged again after a checkpoint)
         }
         let stored = Record {
@@ -146,6 +151,7 @@ fn replay(rec: &Record) {
                 shm.gen
                     .raise_floor(rec.mark_tick, cfg.layout.sequence_bits());
                 shm.gen.continue_with(rec.continue_term);
+                super::resume::restore_ceiling(shm, &cfg.layout, rec.ceiling);
             }
             // Under other settings the mark's ticks mean other IDs: refuse as
             // a restart would, with the same way out (adopt settings).
@@ -208,7 +214,7 @@ enum Logged {
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String> {
     use snowflake_id_core::backfill::RECORD as LEASE;
-    use snowflake_id_core::mark::RECORD;
+    use snowflake_id_core::mark::{RECORD, RECORD_V2};
     // SAFETY: the decoded record Postgres hands the resource manager; its
     // main data is `main_data_len` bytes long.
     let (info, data) = unsafe {
@@ -220,15 +226,16 @@ unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String>
             std::slice::from_raw_parts((*decoded).main_data as *const u8, len),
         )
     };
-    let sized = |want: usize| match data.len() {
-        n if n == want => Ok(data),
-        n => Err(format!("{n} bytes instead of {want}")),
+    let sized = |want: &[usize]| match data.len() {
+        n if want.contains(&n) => Ok(data),
+        n => Err(format!("{n} bytes instead of {}", want[0])),
     };
     match info {
-        INFO_MARK => Record::decode(sized(RECORD)?)
+        // Format 2 from an earlier build of this version, still replayed.
+        INFO_MARK => Record::decode(sized(&[RECORD, RECORD_V2])?)
             .map(Logged::Mark)
             .ok_or_else(|| "its checksum does not match".to_string()),
-        INFO_LEASE => Raise::decode(sized(LEASE)?)
+        INFO_LEASE => Raise::decode(sized(&[LEASE])?)
             .map(Logged::Lease)
             .ok_or_else(|| "its block ends before it begins".to_string()),
         _ => Err(format!("unknown record type {info:#x}")),

@@ -13,6 +13,8 @@ use pgrx::prelude::*;
 use pgrx::PgLogLevel;
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::Limits;
+use snowflake_id_core::layout::Layout;
+use snowflake_id_core::mark::Ceiling;
 use snowflake_id_core::resume::{self, Origin, Resume};
 
 /// The recovery files a server can start with, one bit each.
@@ -62,6 +64,7 @@ pub fn at_start(shm: &Shmem) {
             shm.gen.reset(Some(rec.mark_tick), s);
             // Settings that changed refuse in decide(): the term is of these.
             shm.gen.continue_with(rec.continue_term);
+            restore_ceiling(shm, &cfg.layout, rec.ceiling);
             shm.mark.note(&rec, MarkSource::StateFile);
             if let (Some(was), Some(now)) = (worker_was, cfg.worker.fixed()) {
                 log!("snowflake_id: worker id changed from {was} to {now}; new IDs continue above every ID issued before");
@@ -116,4 +119,11 @@ pub(super) fn floor_if_copied(shm: &Shmem, cfg: &Config, lim: &Limits) {
         log!("snowflake_id: {note}");
     }
     shm.mark.set_copy_checked();
+}
+
+/// The ceiling of set-aside copied IDs a durable mark carries (none lifts
+/// it): call under the mark's lock, or where nothing else runs yet.
+pub fn restore_ceiling(shm: &Shmem, layout: &Layout, c: Ceiling) {
+    let why = snowflake_id_core::copies::unsettled(layout, c.tick, c.database);
+    shm.refusal.restore_ceiling(c, &why);
 }

@@ -3,9 +3,10 @@
 //! and lifts a claim's through the mark too (`mark::refuse_for_claim`,
 //! which also revokes the durable window, and `refuse_for_claim_at_start`).
 
+use snowflake_id_core::mark::Ceiling;
 use snowflake_id_core::shared_text::SharedText;
 use snowflake_id_core::Failure;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Why the mark refuses generation.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -38,9 +39,13 @@ pub struct Refusal {
     /// The failure said meanwhile (written under the mark's lock: one
     /// writer at a time).
     copies_failure: SharedText,
-    /// The largest of those IDs, and the database that holds it.
+    /// The largest of those IDs (0 when unknown: the refusal came from a
+    /// durable mark), and the database that holds it.
     copies_id: AtomicI64,
     copies_db: AtomicU32,
+    /// The first tick no database's ID may carry meanwhile (0: none): the
+    /// set-aside IDs lie above it. Kept in every durable mark.
+    ceiling: AtomicU64,
 }
 
 impl Refusal {
@@ -53,6 +58,7 @@ impl Refusal {
             copies_failure: SharedText::new(),
             copies_id: AtomicI64::new(0),
             copies_db: AtomicU32::new(0),
+            ceiling: AtomicU64::new(0),
         }
     }
 
@@ -114,13 +120,49 @@ impl Refusal {
         ))
     }
 
-    /// Refuses for copied IDs up to `id` in database `db` (call under the
-    /// mark's lock).
-    pub fn refuse_for_copies(&self, why: &Failure, id: i64, db: u32) {
+    /// Refuses for copied IDs up to `id` in database `db`, every
+    /// database's IDs stopping below `ceiling` (call under the mark's lock).
+    pub fn refuse_for_copies(&self, why: &Failure, id: i64, db: u32, ceiling: u64) {
         self.copies_failure.set_failure(why);
         if self.copies_id.fetch_max(id, Ordering::SeqCst) <= id {
             self.copies_db.store(db, Ordering::SeqCst);
         }
+        self.lower_ceiling(ceiling.max(1));
+        self.copies.store(true, Ordering::SeqCst);
+    }
+
+    /// The lower of the ceiling kept and `tick` (several databases' set-aside
+    /// IDs: the lowest bound holds for all).
+    fn lower_ceiling(&self, tick: u64) {
+        let _ = self
+            .ceiling
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
+                Some(if c == 0 { tick } else { c.min(tick) })
+            });
+    }
+
+    /// Where IDs stop while set-aside copied IDs are unsettled.
+    pub fn ceiling(&self) -> Option<Ceiling> {
+        match self.ceiling.load(Ordering::SeqCst) {
+            0 => None,
+            tick => Some(Ceiling {
+                tick,
+                database: self.copies_db.load(Ordering::SeqCst),
+            }),
+        }
+    }
+
+    /// The ceiling a durable mark carried (at start, or replayed): the
+    /// refusal stands again, its IDs unknown until its database floors
+    /// again; a mark without one lifts it (call under the mark's lock).
+    pub fn restore_ceiling(&self, ceiling: Ceiling, why: &Failure) {
+        if ceiling.tick == 0 {
+            return self.lift_copies();
+        }
+        self.copies_failure.set_failure(why);
+        self.copies_id.store(0, Ordering::SeqCst);
+        self.copies_db.store(ceiling.database, Ordering::SeqCst);
+        self.ceiling.store(ceiling.tick, Ordering::SeqCst);
         self.copies.store(true, Ordering::SeqCst);
     }
 
@@ -128,5 +170,6 @@ impl Refusal {
     pub fn lift_copies(&self) {
         self.copies.store(false, Ordering::SeqCst);
         self.copies_id.store(0, Ordering::SeqCst);
+        self.ceiling.store(0, Ordering::SeqCst);
     }
 }
