@@ -96,8 +96,10 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
     database that holds them refuses IDs, with the column, the value and
     what to do (every database's status and the log say the same), until
     the clock is corrected (its next ID floors again, above them) or a
-    superuser sets a value aside as no ID. Other databases issue on: their
-    data is none of it."""
+    superuser sets a value aside as no ID. Other databases issue on (their
+    data is none of it), below the set-aside IDs' time: once the clock gets
+    there, none issues until the database that holds them floored above
+    them, across kill -9 too."""
     with server("copies-ahead", faketime=True) as s:
         s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
         s.sql("CREATE DATABASE other")
@@ -120,9 +122,27 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
         assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
         assert msg in s.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other")
         assert msg in s.log_text()
-        # The clock corrected: the database that holds them floors again at
-        # its next ID, above them.
+        # The clock corrected, no database's ID reaches them before the one
+        # that holds them floors above them (whichever asks first), through
+        # kill -9 of the server too: the durable mark carries where IDs stop.
         s.set_clock(3 * 3600)
+        stop = 'database "postgres" holds IDs copied from another server'
+        code, msg2, hint2 = s.error("SELECT snowflake_nextval()", dbname="other")
+        assert code == "55000" and stop in msg2, (code, msg2)
+        for crash in (True, False):
+            # Crash recovery replays the mark from WAL; a clean restart reads
+            # the state file alone.
+            if crash:
+                s.kill9_all()
+                s.start()
+            else:
+                s.restart()
+            code, msg2, hint2 = s.error("SELECT snowflake_nextval()", dbname="other")
+            assert code == "55000" and stop in msg2, (crash, code, msg2)
+        assert "set aside in the database of OID" in s.one("SELECT problem FROM snowflake_id.snowflake_status", dbname="other")
+        # Its HINT, pasted there: that database floors again, above them.
+        pasted = re.search(r"SELECT \S*snowflake_nextval\(\);", hint2).group()
+        assert s.one(pasted) > far
         first = s.one("INSERT INTO t (n) VALUES (3) RETURNING id")
         assert first > far
         assert s.one("SELECT snowflake_nextval()", dbname="other") > far
