@@ -157,6 +157,8 @@ pub(super) fn pin_session() {
         ("standard_conforming_strings", "on"),
         ("transform_null_equals", "off"),
         ("row_security", "on"),
+        // Small statements whose estimates can pass `jit_above_cost`.
+        ("jit", "off"),
         // An error is the worker's to catch and report, never its end.
         ("exit_on_error", "off"),
     ];
