@@ -33,8 +33,9 @@
 //! OID (`pg::scan`): no name lookup, planner, cast, policy or privilege
 //! check, so nothing a table's owner writes or revokes runs in or fails a
 //! floor. Tables alone are read (never views, foreign tables, nor other
-//! sessions' temporary tables), under the caller's statement and lock
-//! timeouts. Values more than an hour ahead of the clock are not taken for
+//! sessions' temporary tables), under the caller's statement timeout; a
+//! table's lock is waited for at most `max_wait`, then the ID fails
+//! (55000): a transaction a role leaves open stalls nobody. Values more than an hour ahead of the clock are not taken for
 //! IDs (one row would otherwise move the whole server's IDs that far):
 //! their database refuses IDs until an operator settles them.
 
@@ -55,7 +56,7 @@ use snowflake_id_core::timefmt::{format_duration, format_instant};
 use snowflake_id_core::{uuid, Class, Failure};
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The generation of changes at which this backend last found its
 /// database checked (0: never).
@@ -122,7 +123,13 @@ fn parse_number(text: &str) -> Option<i64> {
 /// Reads the largest ID of each column (of `layout`; UUIDs that hold none
 /// are passed over); IDs above `upper` are not taken but kept apart
 /// (`ahead`): the caller decides what they mean.
-fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
+/// A table's lock is waited for at most `wait` each.
+fn highest(
+    columns: &[Column],
+    layout: &Layout,
+    upper: i64,
+    wait: Duration,
+) -> Result<Found, Failure> {
     let mut found = Found {
         highest: None,
         ahead: None,
@@ -134,7 +141,7 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
         }
     }
     for c in columns {
-        let (below, above) = largest(c, layout, upper);
+        let (below, above) = largest(c, layout, upper, wait)?;
         if let Some(v) = below {
             keep(&mut found.highest, v, c);
         }
@@ -142,22 +149,28 @@ fn highest(columns: &[Column], layout: &Layout, upper: i64) -> Found {
             keep(&mut found.ahead, v, c);
         }
     }
-    found
+    Ok(found)
 }
 
 /// The largest ID of a column at or below `upper`, and the largest above
 /// it, read at the storage level by the table's OID (`scan`): nothing its
 /// owner wrote runs, nothing its owner revokes or locks in a policy fails
 /// it. Through the column's index, the read stops at the first ID at or
-/// below the bound.
-fn largest(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>) {
+/// below the bound. A table locked against readers for all of `wait`
+/// fails it: its IDs are unknown, so no ID may be issued yet.
+fn largest(
+    c: &Column,
+    layout: &Layout,
+    upper: i64,
+    wait: Duration,
+) -> Result<(Option<i64>, Option<i64>), Failure> {
     let (mut below, mut above) = (None::<i64>, None::<i64>);
     let ty = match c.kind {
         Kind::Bigint => scan::Type::Int8,
         Kind::Numeric => scan::Type::Numeric,
         Kind::Uuid => scan::Type::Uuid,
     };
-    scan::read_column(c.rel, c.attnum, ty, |value, order| {
+    let read = scan::read_column(c.rel, c.attnum, ty, wait, |value, order| {
         let id = match value {
             scan::Value::Int8(v) => Some(v),
             scan::Value::Numeric(text) => parse_number(&text),
@@ -173,7 +186,30 @@ fn largest(c: &Column, layout: &Layout, upper: i64) -> (Option<i64>, Option<i64>
         }
         order == scan::Order::Stored || below.is_none()
     });
-    (below, above)
+    match read {
+        Ok(_) => Ok((below, above)),
+        Err(scan::Busy) => Err(locked_against_reads(c, wait)),
+    }
+}
+
+fn locked_against_reads(c: &Column, wait: Duration) -> Failure {
+    Failure::new(
+        Class::NotReady,
+        format!(
+            "snowflake_id cannot read {}: the table stayed locked against reading for {} ms",
+            c.name(),
+            wait.as_millis()
+        ),
+    )
+    .detail(format!(
+        "Database \"{}\" must be floored before its next ID, and the largest ID of this column is unknown until it is read.",
+        database_name()
+    ))
+    .hint(format!(
+        "End the transaction that holds it (in database \"{}\": SELECT pid, mode FROM pg_catalog.pg_locks WHERE relation = {} AND granted; then COMMIT or ROLLBACK there, or SELECT pg_terminate_backend(pid);): the next ID floors again.",
+        database_name(),
+        c.rel.to_u32()
+    ))
 }
 
 /// The types whose values may be IDs, with what they are at bottom:
@@ -482,7 +518,7 @@ pub fn floor_if_copied(
     shm: &Shmem,
     cfg: &Config,
     lim: &Limits,
-    standby_wait_ms: u64,
+    max_wait_ms: u64,
 ) -> Result<(), Failure> {
     // Read before anything else: a change while this check runs leaves the
     // database to be checked again.
@@ -538,7 +574,7 @@ pub fn floor_if_copied(
                     return Ok(());
                 };
                 spi::with_latest_snapshot(|| {
-                    floor(shm, cfg, lim, standby_wait_ms, me, &rows, copies_now, &why)
+                    floor(shm, cfg, lim, max_wait_ms, me, &rows, copies_now, &why)
                 })?;
                 shm.floored.note(db, generation);
                 // Its row of the record goes with this transaction: an
@@ -560,7 +596,7 @@ fn floor(
     shm: &Shmem,
     cfg: &Config,
     lim: &Limits,
-    standby_wait_ms: u64,
+    max_wait_ms: u64,
     me: i64,
     rows: &[FloorRow],
     copies_now: Option<u64>,
@@ -595,9 +631,10 @@ fn floor(
         &columns,
         &cfg.layout,
         copies::plausible_upper(&cfg.layout, now_ms),
-    );
+        Duration::from_millis(max_wait_ms),
+    )?;
     let said = match &found.highest {
-        Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
+        Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, max_wait_ms)?,
         None => "no column holds an ID".to_string(),
     };
     if let Some((id, at)) = &found.ahead {
@@ -790,7 +827,7 @@ pub fn resume_above_everything(
     shm: &Shmem,
     cfg: &Config,
     lim: &Limits,
-    standby_wait_ms: u64,
+    max_wait_ms: u64,
 ) -> Result<String, Failure> {
     mark::admin::require_superuser("snowflake_resume_above()")?;
     let me = xlog::origin().0 as i64;
@@ -798,11 +835,16 @@ pub fn resume_above_everything(
     role::acting_as(pg_sys::Oid::from(pg_sys::BOOTSTRAP_SUPERUSERID), || {
         let started = Instant::now();
         let columns = all_columns();
-        let found = highest(&columns, &cfg.layout, upper);
+        let found = highest(
+            &columns,
+            &cfg.layout,
+            upper,
+            Duration::from_millis(max_wait_ms),
+        )?;
         let said = match &found.highest {
             Some((id, at)) => format!(
                 "{} (the highest of {} column(s), in {at}, read in {} ms)",
-                mark::admin::floor_above(shm, cfg, lim, *id, standby_wait_ms)?,
+                mark::admin::floor_above(shm, cfg, lim, *id, max_wait_ms)?,
                 found.columns,
                 started.elapsed().as_millis()
             ),

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 /// The lock modes this library takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// What every reader takes: conflicts with ACCESS EXCLUSIVE alone.
+    AccessShare,
     /// What VACUUM and ANALYZE take: conflicts with itself and DDL, not
     /// with reads and writes.
     ShareUpdateExclusive,
@@ -18,6 +20,7 @@ pub enum Mode {
 impl Mode {
     fn lockmode(self) -> pg_sys::LOCKMODE {
         (match self {
+            Mode::AccessShare => pg_sys::AccessShareLock,
             Mode::ShareUpdateExclusive => pg_sys::ShareUpdateExclusiveLock,
             Mode::AccessExclusive => pg_sys::AccessExclusiveLock,
         }) as pg_sys::LOCKMODE
@@ -67,6 +70,27 @@ pub fn relation_during<R>(
 pub fn relation_if_free(oid: pg_sys::Oid, mode: Mode) -> bool {
     // SAFETY: as `relation`, without waiting.
     unsafe { pg_sys::ConditionalLockRelationOid(oid, mode.lockmode()) }
+}
+
+/// Locks relation `oid` in `mode` for the transaction, waiting at most
+/// `wait` for a conflicting lock to go, whatever `lock_timeout` says; false
+/// if it did not. Polled rather than queued for, so that a lock a role holds
+/// for ever bounds the caller's wait, not its own; a cancel ends the wait.
+pub fn relation_within(oid: pg_sys::Oid, mode: Mode, wait: std::time::Duration) -> bool {
+    let started = std::time::Instant::now();
+    let mut nap = 1u64;
+    loop {
+        if relation_if_free(oid, mode) {
+            return true;
+        }
+        let left = wait.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return false;
+        }
+        crate::pg::clock::sleep_on_latch(nap.min(left.as_millis() as u64 + 1));
+        pgrx::check_for_interrupts!();
+        nap = (nap * 2).min(50);
+    }
 }
 
 /// A lightweight lock of this library's tranche, kept in shared memory.

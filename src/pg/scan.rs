@@ -5,7 +5,9 @@
 //! What reads a table on the server's own behalf uses it, so that a
 //! table's owner can neither make the read run its code nor make it fail.
 
+use crate::pg::lock;
 use pgrx::pg_sys;
+use std::time::Duration;
 
 /// A column's value in one row, copied out of the heap.
 pub enum Value {
@@ -45,6 +47,11 @@ impl Type {
     }
 }
 
+/// A table that stayed locked against readers (ACCESS EXCLUSIVE: `LOCK
+/// TABLE`, most `ALTER TABLE`s, a `VACUUM FULL`) for the whole wait.
+#[derive(Debug)]
+pub struct Busy;
+
 /// How a column was read.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Order {
@@ -61,27 +68,35 @@ pub enum Order {
 /// where the table has one, every row otherwise. `None` where there is nothing to read: the table is gone, or
 /// is no plain table, or the column is dropped or holds another type now
 /// (checked once the table is locked, ACCESS SHARE as every reader locks
-/// it, until the read ends).
+/// it, until the read ends). The table's lock is waited for at most
+/// `wait` (`Busy` then); an index someone holds locked is passed over for
+/// a read of every row: a transaction a role keeps open bounds no read.
 pub fn read_column(
     rel: pg_sys::Oid,
     attnum: i16,
     ty: Type,
+    wait: Duration,
     mut each: impl FnMut(Value, Order) -> bool,
-) -> Option<Order> {
+) -> Result<Option<Order>, Busy> {
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    if !lock::relation_within(rel, lock::Mode::AccessShare, wait) {
+        return Err(Busy);
+    }
     // SAFETY: every structure is opened, read and closed while the table
     // is locked, in the order taken; an error (from `each` or the scan)
     // aborts the transaction, whose resource owner releases what is open.
     // A value is copied out of the slot's current row before the next is
     // fetched, in a memory context reset per row.
     unsafe {
-        let relation = pg_sys::try_relation_open(rel, lock);
+        // Locked above: opened without locking again, closed releasing it.
+        let relation = pg_sys::try_relation_open(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
         if relation.is_null() {
-            return None;
+            pg_sys::UnlockRelationOid(rel, lock);
+            return Ok(None);
         }
         if !holds(relation, attnum, ty) {
             pg_sys::relation_close(relation, lock);
-            return None;
+            return Ok(None);
         }
         let index = usable_index(relation, attnum, ty, lock);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
@@ -176,7 +191,7 @@ pub fn read_column(
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::UnregisterSnapshot(snapshot);
         pg_sys::relation_close(relation, lock);
-        Some(order)
+        Ok(Some(order))
     }
 }
 
@@ -204,22 +219,26 @@ unsafe fn holds(relation: pg_sys::Relation, attnum: i16, ty: Type) -> bool {
 
 /// A valid btree index of `relation` whose first column is `attnum`, in
 /// the type's own order, without a predicate (opened and locked), and
-/// whether it sorts that column descending.
+/// whether it sorts that column descending. An index locked against
+/// readers (a `REINDEX` in a transaction left open) is not waited for.
 unsafe fn usable_index(
     relation: pg_sys::Relation,
     attnum: i16,
     ty: Type,
     lock: pg_sys::LOCKMODE,
 ) -> Option<(pg_sys::Relation, bool)> {
-    // SAFETY: the relation is open and locked; each index is opened and
-    // locked before its fields are read, and closed unless returned.
+    // SAFETY: the relation is open and locked; each index is locked, then
+    // opened, before its fields are read, and closed unless returned.
     unsafe {
         let list = pg_sys::RelationGetIndexList(relation);
         let mut found = None;
         let n = if list.is_null() { 0 } else { (*list).length };
         for k in 0..n {
             let oid = (*(*list).elements.add(k as usize)).oid_value;
-            let index = pg_sys::index_open(oid, lock);
+            if !lock::relation_if_free(oid, lock::Mode::AccessShare) {
+                continue;
+            }
+            let index = pg_sys::index_open(oid, pg_sys::NoLock as pg_sys::LOCKMODE);
             let form = (*index).rd_index;
             let fits = (*(*index).rd_rel).relam == pg_sys::BTREE_AM_OID
                 && (*form).indisvalid

@@ -194,6 +194,51 @@ def test_a_table_owner_can_neither_fail_nor_stall_a_floor_nor_hide_its_ids():
             assert code in ("42501", "P0001"), (table, code)
 
 
+def test_a_lock_an_owner_keeps_fails_a_floor_after_max_wait_and_never_stalls_it():
+    """The owner of a table that holds IDs keeps a transaction open holding
+    it locked against readers (or its index, by a REINDEX), and a restore
+    asks for a floor. Whatever `lock_timeout` says (0, never), another
+    role's first ID does not wait for the lock: a locked index is passed
+    over for a read of every row; a locked table fails the ID with 55000
+    once `max_wait` is spent, naming the table, with a HINT whose query
+    finds the holder; the lock gone, the next ID floors above the table's
+    IDs. The lock decides each outcome, not a time: a stall would run into
+    the statement timeout, far beyond `max_wait`."""
+    with server("checks-locked", conf={"snowflake_id.max_wait": "'200ms'"}) as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("GRANT CREATE ON SCHEMA public TO evil")
+        s.sql("CREATE TABLE locked (id bigint DEFAULT snowflake_nextval())", user="evil")
+        s.sql("CREATE TABLE reindexed (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", user="evil")
+        ahead = lambda minutes: s.one(
+            f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{minutes} min')")
+        take = "SET statement_timeout = '60s'; SELECT snowflake_nextval()"
+
+        v = ahead(3)
+        s.sql(f"INSERT INTO reindexed VALUES ({v})", user="evil")
+        holder = s.connect(user="evil", autocommit=False)
+        holder.cursor().execute("REINDEX INDEX reindexed_pkey")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (3001)")
+        assert s.one(take, user="app") > v, "the floor missed the table whose index is locked"
+        holder.rollback()
+
+        v = ahead(6)
+        s.sql(f"INSERT INTO locked VALUES ({v})", user="evil")
+        cur = holder.cursor()
+        cur.execute("SELECT pg_backend_pid()")
+        holder_pid = cur.fetchone()[0]
+        cur.execute("LOCK TABLE locked IN ACCESS EXCLUSIVE MODE")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (3002)")
+        for _ in range(2):
+            code, message, hint = s.error(take, user="app")
+            assert code == "55000" and "public.locked.id" in message and "locked against reading" in message, (code, message)
+            query = hint[hint.index("SELECT pid"):hint.index("; then")]
+            assert [r[0] for r in s.sql(query)] == [holder_pid], query
+        holder.commit()
+        assert s.one(take, user="app") > v, "the floor missed the table once unlocked"
+        holder.close()
+
+
 def test_no_role_can_stand_in_for_the_record_where_the_extension_has_none():
     """A database whose extension is still 0.1.0 (its update not run yet)
     has no record of floors: a role that may create a schema there makes
