@@ -30,6 +30,14 @@
 
 use pgrx::prelude::*;
 
+/// A note to the server log, formatted as `format!` does, that reaches the
+/// log on every major (`pg::error::server_log`).
+macro_rules! server_log {
+    ($($arg:tt)*) => {
+        $crate::pg::error::server_log(format!($($arg)*))
+    };
+}
+
 mod api;
 mod backfill;
 mod bgworkers;

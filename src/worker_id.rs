@@ -22,7 +22,6 @@ use crate::mark;
 use crate::pg::clock;
 use crate::settings;
 use crate::shmem::Shmem;
-use pgrx::prelude::*;
 use snowflake_id_core::config::{Config, WorkerSource};
 use snowflake_id_core::{Class, Failure};
 
@@ -134,7 +133,7 @@ fn settle_from_citus(shm: &Shmem, offset: i32, cfg: &Config) -> Result<u32, Fail
     let (worker, origin) = citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Findings)?;
     match shm.worker.settle(worker) {
         Ok(()) => {
-            log!("snowflake_id: worker id {worker}, from {origin}");
+            server_log!("snowflake_id: worker id {worker}, from {origin}");
             Ok(worker)
         }
         Err(in_force) => Err(Failure::new(
@@ -161,7 +160,7 @@ pub fn claims_worker_started(shm: &Shmem) {
 pub fn settle_judged(shm: &Shmem, worker: u32) {
     if in_force(shm).is_none() && shm.worker.settle(worker).is_ok() {
         if let Ok(WorkerSource::CitusGroup { offset }) = settings::config().map(|c| c.worker) {
-            log!(
+            server_log!(
                 "snowflake_id: worker id {worker}, from Citus group id {}",
                 i64::from(worker) - i64::from(offset)
             );
@@ -196,7 +195,7 @@ pub fn citus_group_now(shm: &Shmem, cfg: &Config) -> Option<Result<(u32, String)
 pub fn follow(shm: &Shmem, old: u32, new: u32, origin: &str) -> bool {
     let moved = shm.worker.follow(old, new);
     if moved {
-        log!(
+        server_log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
     }

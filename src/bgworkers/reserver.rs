@@ -61,7 +61,7 @@ impl StepWatch {
             shm.counters
                 .largest_step_back_ms
                 .fetch_max(back as u64, Ordering::Relaxed);
-            log!("snowflake_id: the system clock stepped back by {back} ms");
+            server_log!("snowflake_id: the system clock stepped back by {back} ms");
         }
         *self = StepWatch { wall, mono };
         wall

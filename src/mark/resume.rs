@@ -9,7 +9,6 @@ use crate::pg::xlog;
 use crate::settings;
 use crate::shmem::mark::MarkSource;
 use crate::shmem::Shmem;
-use pgrx::prelude::*;
 use pgrx::PgLogLevel;
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::Limits;
@@ -67,7 +66,7 @@ pub fn at_start(shm: &Shmem) {
             restore_ceiling(shm, &cfg.layout, rec.ceiling);
             shm.mark.note(&rec, MarkSource::StateFile);
             if let (Some(was), Some(now)) = (worker_was, cfg.worker.fixed()) {
-                log!("snowflake_id: worker id changed from {was} to {now}; new IDs continue above every ID issued before");
+                server_log!("snowflake_id: worker id changed from {was} to {now}; new IDs continue above every ID issued before");
             }
         }
         Resume::Refused(f) => {
@@ -116,7 +115,7 @@ pub(super) fn floor_if_copied(shm: &Shmem, cfg: &Config, lim: &Limits) {
         shm.gen.raise_floor(tick, lim.sequence_bits);
     }
     if let Some(note) = floor.note {
-        log!("snowflake_id: {note}");
+        server_log!("snowflake_id: {note}");
     }
     shm.mark.set_copy_checked();
 }

@@ -42,6 +42,22 @@ fn report(failure: Failure, level: PgLogLevel) {
     r.report(level);
 }
 
+/// Writes `message` to the server log at LOG (use `server_log!`). Postgres
+/// decides in `errstart` whether its log wants it; pgrx's `log!` decides
+/// first, and on 13 (no `message_level_is_interesting`) by comparing level
+/// numbers, where LOG (15) is below the default `log_min_messages`, WARNING
+/// (19): every note of the extension was dropped there.
+#[track_caller]
+pub fn server_log(message: String) {
+    let text = super::charset::for_messages(&message).into_owned();
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_SUCCESSFUL_COMPLETION,
+        text,
+        "snowflake_id",
+    )
+    .report(PgLogLevel::LOG);
+}
+
 /// Raises `failure` as an ERROR.
 #[track_caller]
 pub fn raise(failure: Failure) -> ! {

@@ -47,6 +47,13 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
                                    " AND last_seen >= pg_postmaster_start_time()", dbname="claims"),
                    "the old cluster's claims worker never claimed")
         top = data["top"]
+        # The extension's notes reach the log on every major, the oldest
+        # included (13 dropped them all: pgrx compared LOG with
+        # log_min_messages by number there). A row of another server in the
+        # record makes the next ID floor, which says so in the log.
+        old.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (4242)")
+        assert old.one("SELECT snowflake_nextval()") > top
+        assert 'snowflake_id: database "postgres" was floored' in old.log_text(), old_major
         old.stop()
 
         # 18 enables data checksums at initdb; a cluster made before has none.

@@ -10,7 +10,6 @@ use crate::pg::{error, process, xlog};
 use crate::settings;
 use crate::shmem::Shmem;
 use crate::worker_id::{self, Resolve};
-use pgrx::prelude::*;
 use pgrx::PgLogLevel;
 use snowflake_id_core::claims::{
     self, Claim, Claimant, Finding, Held, Memory, Observer, STALE_AFTER_MS,
@@ -355,7 +354,7 @@ impl Keeper {
         if shm.backfill.claimed_by_another.get().unwrap_or_default() != text {
             match &found {
                 Some(f) => error::log(f.clone(), PgLogLevel::WARNING),
-                None => log!("snowflake_id: no other live server claims this server's backfill worker id any more"),
+                None => server_log!("snowflake_id: no other live server claims this server's backfill worker id any more"),
             }
             shm.backfill.claimed_by_another.set(&text);
         }
@@ -380,7 +379,7 @@ impl Keeper {
         let released =
             in_transaction(move || table::end_claims(system_identifier, timeline, instance));
         if !matches!(released, Ok(Some(()))) {
-            log!(
+            server_log!(
                 "snowflake_id: this server's worker-id claim in database \"{}\" could not be marked as ended at shutdown; it goes stale in {} s",
                 self.db,
                 STALE_AFTER_MS / 1000
@@ -419,7 +418,9 @@ impl Keeper {
         match &self.place {
             Some(f) => error::log(f.clone(), PgLogLevel::WARNING),
             None => {
-                log!("snowflake_id: the coordinator's metadata lists this node in its group again")
+                server_log!(
+                    "snowflake_id: the coordinator's metadata lists this node in its group again"
+                )
             }
         }
         self.place_logged = now;
@@ -430,7 +431,7 @@ impl Keeper {
     fn report_skipped(&mut self, shm: &Shmem, skipped: &[String]) {
         for s in skipped {
             if !self.skipped_logged.contains(s) {
-                log!("snowflake_id: {s}");
+                server_log!("snowflake_id: {s}");
             }
         }
         self.skipped_logged = skipped.to_vec();
@@ -450,7 +451,7 @@ impl Keeper {
         let Some(f) = f else {
             if self.trouble_logged.take().is_some() {
                 shm.claims.trouble().set("");
-                log!(
+                server_log!(
                     "snowflake_id: this server's worker-id claim in database \"{}\" is kept again",
                     self.db
                 );
@@ -511,12 +512,12 @@ impl Keeper {
                 .as_ref()
                 .is_some_and(|(k, _)| k.iter().any(|(kind, _, _)| *kind < 2));
         if key.is_empty() && about_me {
-            log!(
+            server_log!(
                 "snowflake_id: no other live server claims this server's worker id any more{}",
                 if was { "; issuing IDs again" } else { "" }
             );
         } else if key.is_empty() {
-            log!("snowflake_id: no two live servers claim one worker id any more");
+            server_log!("snowflake_id: no two live servers claim one worker id any more");
         }
         self.logged = (!key.is_empty()).then_some((key, now));
     }

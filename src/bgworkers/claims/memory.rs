@@ -8,7 +8,6 @@ use crate::pg::datadir::data_dir;
 use crate::settings;
 use crate::shmem::Shmem;
 use crate::worker_id::{self};
-use pgrx::prelude::*;
 use snowflake_id_core::claims::Memory;
 use snowflake_id_core::mark::replace_file;
 use snowflake_id_core::{Class, Failure};
@@ -27,7 +26,7 @@ pub(super) fn read_memory() -> Memory {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Memory::default(),
         Err(e) => {
-            log!(
+            server_log!(
                 "snowflake_id: could not read {}: {e}",
                 memory_path().display()
             );
@@ -36,7 +35,7 @@ pub(super) fn read_memory() -> Memory {
     };
     let text = String::from_utf8_lossy(&bytes);
     if let std::borrow::Cow::Owned(_) = text {
-        log!(
+        server_log!(
             "snowflake_id: {} is damaged (not UTF-8): the lines that still read are kept",
             memory_path().display()
         );
@@ -59,7 +58,7 @@ pub(super) fn remembered(p: Failure) -> Failure {
 /// the new one.
 pub(super) fn save_memory(m: &Memory) {
     if let Err(e) = replace_file(&data_dir(), CLAIMS_FILE, m.text().as_bytes()) {
-        log!(
+        server_log!(
             "snowflake_id: could not write {}: {e}",
             memory_path().display()
         );
