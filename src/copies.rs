@@ -112,6 +112,9 @@ struct Found {
     highest: Option<(i64, String)>,
     /// The largest value of the layout above the bound, and where it was.
     ahead: Option<(i64, String)>,
+    /// The smallest value above the bound: no database's ID may reach its
+    /// time while the values above the bound are unsettled.
+    ahead_lowest: Option<i64>,
     columns: usize,
 }
 
@@ -133,6 +136,7 @@ fn highest(
     let mut found = Found {
         highest: None,
         ahead: None,
+        ahead_lowest: None,
         columns: columns.len(),
     };
     fn keep(slot: &mut Option<(i64, String)>, v: i64, at: &Column) {
@@ -141,30 +145,37 @@ fn highest(
         }
     }
     for c in columns {
-        let (below, above) = largest(c, layout, upper, wait)?;
-        if let Some(v) = below {
+        let read = largest(c, layout, upper, wait)?;
+        if let Some(v) = read.below {
             keep(&mut found.highest, v, c);
         }
-        if let Some(v) = above {
+        if let Some(v) = read.above {
             keep(&mut found.ahead, v, c);
+        }
+        if let Some(v) = read.lowest_above {
+            found.ahead_lowest = Some(found.ahead_lowest.map_or(v, |l| l.min(v)));
         }
     }
     Ok(found)
 }
 
-/// The largest ID of a column at or below `upper`, and the largest above
-/// it, read at the storage level by the table's OID (`scan`): nothing its
+/// What one column holds about `upper`.
+struct Read {
+    /// Its largest ID at or below.
+    below: Option<i64>,
+    /// Its largest and smallest above.
+    above: Option<i64>,
+    lowest_above: Option<i64>,
+}
+
+/// The largest ID of a column at or below `upper`, and the largest and
+/// smallest above it, read at the storage level by the table's OID (`scan`): nothing its
 /// owner wrote runs, nothing its owner revokes or locks in a policy fails
 /// it. Through the column's index, the read stops at the first ID at or
 /// below the bound. A table locked against readers for all of `wait`
 /// fails it: its IDs are unknown, so no ID may be issued yet.
-fn largest(
-    c: &Column,
-    layout: &Layout,
-    upper: i64,
-    wait: Duration,
-) -> Result<(Option<i64>, Option<i64>), Failure> {
-    let (mut below, mut above) = (None::<i64>, None::<i64>);
+fn largest(c: &Column, layout: &Layout, upper: i64, wait: Duration) -> Result<Read, Failure> {
+    let (mut below, mut above, mut lowest_above) = (None::<i64>, None::<i64>, None::<i64>);
     let ty = match c.kind {
         Kind::Bigint => scan::Type::Int8,
         Kind::Numeric => scan::Type::Numeric,
@@ -181,13 +192,20 @@ fn largest(
         };
         match id {
             Some(id) if (0..=upper).contains(&id) => below = below.max(Some(id)),
-            Some(id) if id > upper => above = above.max(Some(id)),
+            Some(id) if id > upper => {
+                above = above.max(Some(id));
+                lowest_above = Some(lowest_above.map_or(id, |l| l.min(id)));
+            }
             _ => {}
         }
         order == scan::Order::Stored || below.is_none()
     });
     match read {
-        Ok(_) => Ok((below, above)),
+        Ok(_) => Ok(Read {
+            below,
+            above,
+            lowest_above,
+        }),
         Err(scan::Busy) => Err(locked_against_reads(c, wait)),
     }
 }
@@ -202,12 +220,12 @@ fn locked_against_reads(c: &Column, wait: Duration) -> Failure {
         ),
     )
     .detail(format!(
-        "Database \"{}\" must be floored before its next ID, and the largest ID of this column is unknown until it is read.",
+        "Database \"{}\" must be floored before its next ID, and the largest ID of this column is unknown until it is read. A transaction holds a lock on the table that conflicts with reading it (LOCK TABLE, ALTER TABLE, VACUUM FULL), or waits for one while others read.",
         database_name()
     ))
     .hint(format!(
-        "End the transaction that holds it (in database \"{}\": SELECT pid, mode FROM pg_catalog.pg_locks WHERE relation = {} AND granted; then COMMIT or ROLLBACK there, or SELECT pg_terminate_backend(pid);): the next ID floors again.",
-        database_name(),
+        "Find it: SELECT pid, mode, granted FROM pg_catalog.pg_locks WHERE database = {} AND relation = {}; then COMMIT or ROLLBACK it, or SELECT pg_terminate_backend(pid); (a NULL pid is a prepared transaction: SELECT gid FROM pg_catalog.pg_prepared_xacts; then ROLLBACK PREPARED or COMMIT PREPARED it). The next ID floors again.",
+        process::database_id().to_u32(),
         c.rel.to_u32()
     ))
 }
@@ -534,11 +552,11 @@ pub fn floor_if_copied(
     // (their IDs unknown), a floor finds out whether they still are.
     let me = xlog::origin().0 as i64;
     let mut set_aside = false;
-    if let Some((f, id, refused_in)) = shm.refusal.copies_failure() {
-        if refused_in == db && id > copies::plausible_upper(&cfg.layout, clock::now_ms()) {
+    if let Some((f, id)) = shm.refusal.copies_failure_in(db) {
+        if id > copies::plausible_upper(&cfg.layout, clock::now_ms()) {
             return Err(f);
         }
-        set_aside = refused_in == db && id == 0;
+        set_aside = id == 0;
     }
     let needed = |rows: &[FloorRow], copies_now| {
         copies::floor_needed(me, rows, copies_now).or(set_aside.then_some(copies::Why::SetAside))
@@ -560,13 +578,19 @@ pub fn floor_if_copied(
         }
         // One floor at a time in a database; the others wait for it alone
         // (a session lock, released when the floor ends, not when its
-        // caller's transaction does), then find the database checked.
+        // caller's transaction does), then find the database checked, or
+        // fail as it did for a locked table (each waiter would otherwise
+        // wait for the lock in turn).
+        let busy_seen = shm.refusal.floors_busy();
         lock::relation_during(
             oid,
             lock::Mode::ShareUpdateExclusive,
             AssertUnwindSafe(|| {
                 if shm.floored.is_checked(db, generation) {
                     return Ok(());
+                }
+                if let Some(f) = shm.refusal.floor_busy_since(db, busy_seen) {
+                    return Err(f);
                 }
                 let (rows, copies_now) = spi::with_latest_snapshot(read_record);
                 let Some(why) = needed(&rows, copies_now) else {
@@ -620,7 +644,7 @@ fn floor(
     let started = Instant::now();
     let columns = id_columns();
     // Said first: a read cut short (a cancel, a timeout) is then not a mystery.
-    log!(
+    server_log!(
         "snowflake_id: flooring database \"{}\" because {}: reading {} column(s)",
         database_name(),
         why.describe(),
@@ -632,7 +656,11 @@ fn floor(
         &cfg.layout,
         copies::plausible_upper(&cfg.layout, now_ms),
         Duration::from_millis(max_wait_ms),
-    )?;
+    )
+    .inspect_err(|f| {
+        shm.refusal
+            .note_floor_busy(process::database_id().to_u32(), f)
+    })?;
     let said = match &found.highest {
         Some((id, _)) => mark::admin::floor_above(shm, cfg, lim, *id, max_wait_ms)?,
         None => "no column holds an ID".to_string(),
@@ -640,11 +668,11 @@ fn floor(
     if let Some((id, at)) = &found.ahead {
         if !mark::covers(shm, &cfg.layout, *id) {
             let f = ahead_of_clock(&cfg.layout, *id, at);
-            log!(
+            server_log!(
                 "snowflake_id: {} (the database refuses IDs until then)",
                 f.message
             );
-            let ceiling = copies::ceiling_tick(&cfg.layout, now_ms);
+            let ceiling = copies::ceiling_tick(&cfg.layout, found.ahead_lowest.unwrap_or(*id));
             mark::refuse_for_copies(shm, cfg, &f, *id, process::database_id().to_u32(), ceiling);
             return Err(f);
         }
@@ -663,7 +691,7 @@ fn floor(
         copies_now,
         found.highest.as_ref().map(|h| h.0),
     );
-    log!(
+    server_log!(
         "snowflake_id: database \"{}\" was floored because {}: {} column(s) read in {} ms{}; {said}{}",
         database_name(),
         why.describe(),
@@ -787,10 +815,11 @@ fn not_updated() -> Failure {
 /// refusal of copied IDs ahead of the clock it holds, or of a database
 /// whose extension is not updated.
 pub fn problem(shm: &Shmem) -> Option<Failure> {
-    if let Some((f, _, db)) = shm.refusal.copies_failure() {
-        if db == process::database_id().to_u32() {
-            return Some(f);
-        }
+    if let Some((f, _)) = shm
+        .refusal
+        .copies_failure_in(process::database_id().to_u32())
+    {
+        return Some(f);
     }
     if checked(shm) {
         return None;

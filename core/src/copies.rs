@@ -263,14 +263,12 @@ pub fn plausible_upper(layout: &Layout, now_ms: i64) -> i64 {
     first_after.saturating_sub(1).max(0)
 }
 
-/// The first tick IDs a floor sets aside at `now_ms` can carry (they are
-/// above [`plausible_upper`]): while they are unsettled, no database's ID
-/// reaches it, so that none repeats them whichever database asks first
-/// once the clock gets there.
-pub fn ceiling_tick(layout: &Layout, now_ms: i64) -> u64 {
-    layout
-        .decode_tick(plausible_upper(layout, now_ms))
-        .unwrap_or(u64::MAX)
+/// The tick of the smallest ID a floor set aside: while they are
+/// unsettled no database's ID reaches it, so that none repeats them
+/// whichever database asks first once the clock gets there. A value past
+/// the layout's end (a sentinel) stops nothing.
+pub fn ceiling_tick(layout: &Layout, lowest_set_aside: i64) -> u64 {
+    layout.decode_tick(lowest_set_aside).unwrap_or(u64::MAX)
 }
 
 /// The error of an ID that would reach the ceiling: `db` holds the IDs set
@@ -514,10 +512,11 @@ mod tests {
         assert!(l.decode(upper + 1).unwrap().unix_ms > now + COPY_LEAD_LIMIT_MS);
         // Near the layout's end, every ID is one.
         assert_eq!(plausible_upper(&l, l.end_ms() - 10), i64::MAX);
-        // Below the ceiling, no tick any set-aside ID can carry.
-        let c = ceiling_tick(&l, now);
-        assert_eq!(l.decode_tick(upper).unwrap(), c);
-        assert!(l.decode_tick(upper + 1).unwrap() >= c);
-        assert!(l.tick_start_ms(c - 1) < now + COPY_LEAD_LIMIT_MS);
+        // The ceiling is the smallest set-aside ID's tick: below it, none.
+        let c = ceiling_tick(&l, upper + 1);
+        assert_eq!(c, l.decode_tick(upper + 1).unwrap());
+        assert!(l.tick_start_ms(c) > now + COPY_LEAD_LIMIT_MS - 1);
+        // A sentinel stops nothing before the layout's end.
+        assert!(ceiling_tick(&l, i64::MAX) >= l.last_tick());
     }
 }

@@ -35,7 +35,7 @@ fn problem(shm: &Shmem, now: i64) -> Option<String> {
         return Some(f.message);
     }
     // Another database's copied IDs ahead of the clock, which refuse there.
-    if let Some((f, ..)) = shm.refusal.copies_failure() {
+    if let Some((f, ..)) = shm.refusal.copies_failures().into_iter().next() {
         return Some(f.message);
     }
     if let Some(w) = claims::warning(shm) {

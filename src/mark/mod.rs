@@ -110,7 +110,13 @@ pub fn refuse_for_copies(shm: &Shmem, cfg: &Config, why: &Failure, id: i64, db: 
             shm.gen.revoke_durable();
         }
         // The mark stays where it is; the record now carries the ceiling.
-        shm.mark.tick().map(|tick| write(shm, cfg, tick))
+        // Where no ID was issued yet (a restore into a new server), the
+        // first mark is the clock's tick: a restart must keep the ceiling.
+        let tick = shm.mark.tick().unwrap_or_else(|| {
+            let now = cfg.layout.tick_at_ms(now_ms()).unwrap_or(0);
+            now.min(ceiling.saturating_sub(1))
+        });
+        Some(write(shm, cfg, tick))
     });
     if let Some(Err(f)) = written {
         crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
@@ -144,18 +150,22 @@ pub fn covers(shm: &Shmem, layout: &snowflake_id_core::layout::Layout, id: i64) 
 /// are). Restored from a durable mark, their IDs are unknown: only their
 /// database lifts it.
 pub fn lift_copies(shm: &Shmem, cfg: &Config, settled_in: Option<u32>) {
-    let Some((_, id, db)) = shm.refusal.copies_failure() else {
+    if !shm.refusal.copies() {
         return;
-    };
-    if settled_in == Some(db) || (id > 0 && covers(shm, &cfg.layout, id)) {
-        // Written, so that a crash does not bring the ceiling back.
-        let written = shm.mark.with_lock(|| {
-            shm.refusal.lift_copies();
-            shm.mark.tick().map(|tick| write(shm, cfg, tick))
+    }
+    let written = shm.mark.with_lock(|| {
+        let lifted = shm.refusal.lift_copies_where(|db, id| {
+            settled_in == Some(db) || (id > 0 && covers(shm, &cfg.layout, id))
         });
-        if let Some(Err(f)) = written {
-            crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
+        // Written, so that a crash does not bring the ceiling back.
+        if lifted {
+            shm.mark.tick().map(|tick| write(shm, cfg, tick))
+        } else {
+            None
         }
+    });
+    if let Some(Err(f)) = written {
+        crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
     }
 }
 
@@ -281,6 +291,14 @@ pub fn extend(
         Ok(Some(w))
     })?;
     if let Some(c) = past {
+        // Set-aside IDs that went with their database (dropped since, before
+        // or after a restart) can meet no ID again: the ceiling goes too.
+        if crate::pg::database::name(pgrx::pg_sys::Oid::from(c.database)).is_none() {
+            lift_copies(shm, cfg, Some(c.database));
+            if shm.refusal.ceiling() != Some(c) {
+                return extend(shm, cfg, lim, now_tick, trigger);
+            }
+        }
         return Err(past_ceiling(&cfg.layout, c));
     }
     let budget_ms = match trigger {

@@ -98,6 +98,20 @@ pub fn read_column(
             pg_sys::relation_close(relation, lock);
             return Ok(None);
         }
+        // A numeric stored out of line is read through the TOAST table and
+        // its index, which Postgres opens waiting for their locks: taken
+        // here first, within the same bound.
+        let toast = if ty == Type::Numeric {
+            match lock_toast(relation, wait) {
+                Ok(held) => held,
+                Err(busy) => {
+                    pg_sys::relation_close(relation, lock);
+                    return Err(busy);
+                }
+            }
+        } else {
+            Vec::new()
+        };
         let index = usable_index(relation, attnum, ty, lock);
         let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
         let slot = pg_sys::table_slot_create(relation, std::ptr::null_mut());
@@ -190,8 +204,61 @@ pub fn read_column(
         pg_sys::MemoryContextDelete(per_row);
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::UnregisterSnapshot(snapshot);
+        for oid in toast {
+            pg_sys::UnlockRelationOid(oid, lock);
+        }
         pg_sys::relation_close(relation, lock);
         Ok(Some(order))
+    }
+}
+
+/// Locks the TOAST table of `relation` (open and locked) and its indexes
+/// for reading, each waited for at most `wait`; the OIDs locked, to be
+/// unlocked after the read (`Busy`: none is held).
+unsafe fn lock_toast(relation: pg_sys::Relation, wait: Duration) -> Result<Vec<pg_sys::Oid>, Busy> {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the relation is open and locked; the TOAST table is locked
+    // before it is opened (without locking again) and closed keeping the
+    // lock; its indexes are locked by OID alone.
+    unsafe {
+        let toast = (*(*relation).rd_rel).reltoastrelid;
+        if toast == pg_sys::InvalidOid {
+            return Ok(Vec::new());
+        }
+        let mut held = Vec::new();
+        let release = |held: &[pg_sys::Oid]| {
+            for oid in held {
+                pg_sys::UnlockRelationOid(*oid, lock);
+            }
+        };
+        if !lock::relation_within(toast, lock::Mode::AccessShare, wait) {
+            return Err(Busy);
+        }
+        held.push(toast);
+        let rel = pg_sys::try_relation_open(toast, pg_sys::NoLock as pg_sys::LOCKMODE);
+        if rel.is_null() {
+            return Ok(held);
+        }
+        let list = pg_sys::RelationGetIndexList(rel);
+        pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        let n = if list.is_null() { 0 } else { (*list).length };
+        let mut busy = false;
+        for k in 0..n {
+            let oid = (*(*list).elements.add(k as usize)).oid_value;
+            if !lock::relation_within(oid, lock::Mode::AccessShare, wait) {
+                busy = true;
+                break;
+            }
+            held.push(oid);
+        }
+        if !list.is_null() {
+            pg_sys::list_free(list);
+        }
+        if busy {
+            release(&held);
+            return Err(Busy);
+        }
+        Ok(held)
     }
 }
 

@@ -22,6 +22,40 @@ pub enum MarkRefusal {
     UnreadableRecord = 3,
 }
 
+/// Databases whose set-aside copied IDs are kept at once; a further one
+/// still refuses, by flooring again at each of its calls.
+const SET_ASIDE_DATABASES: usize = 8;
+
+/// One database's set-aside copied IDs.
+#[repr(C)]
+struct SetAside {
+    /// The database (0: the entry is free).
+    db: AtomicU32,
+    /// The largest of them (0 when unknown: restored from a durable mark).
+    id: AtomicI64,
+    /// The first tick no database's ID may carry meanwhile: the smallest's.
+    tick: AtomicU64,
+    /// The failure its calls meet.
+    failure: SharedText,
+}
+
+impl SetAside {
+    const fn new() -> SetAside {
+        SetAside {
+            db: AtomicU32::new(0),
+            id: AtomicI64::new(0),
+            tick: AtomicU64::new(0),
+            failure: SharedText::new(),
+        }
+    }
+
+    fn clear(&self) {
+        self.db.store(0, Ordering::SeqCst);
+        self.id.store(0, Ordering::SeqCst);
+        self.tick.store(0, Ordering::SeqCst);
+    }
+}
+
 #[repr(C)]
 pub struct Refusal {
     /// A `MarkRefusal`, 0 while none.
@@ -32,20 +66,18 @@ pub struct Refusal {
     claim: AtomicBool,
     /// The failure of `MarkRefusal::AtStart`.
     at_start: SharedText,
-    /// A floor found copied IDs ahead of the clock and above the mark: their
-    /// database refuses until a floor is above them or an operator has said
-    /// what they are, and every database's status says so.
-    copies: AtomicBool,
-    /// The failure said meanwhile (written under the mark's lock: one
-    /// writer at a time).
-    copies_failure: SharedText,
-    /// The largest of those IDs (0 when unknown: the refusal came from a
-    /// durable mark), and the database that holds it.
-    copies_id: AtomicI64,
-    copies_db: AtomicU32,
-    /// The first tick no database's ID may carry meanwhile (0: none): the
-    /// set-aside IDs lie above it. Kept in every durable mark.
-    ceiling: AtomicU64,
+    /// Databases where a floor found copied IDs ahead of the clock and
+    /// above the mark: each refuses until a floor is above them or an
+    /// operator has said what they are, and every database's status says
+    /// so. Written under the mark's lock.
+    set_aside: [SetAside; SET_ASIDE_DATABASES],
+    /// Floors that failed because a table stayed locked against reading:
+    /// how many so far, the last one's database and failure. A session
+    /// that waited for such a floor fails with it at once, rather than
+    /// each waiter trying (and waiting `max_wait`) in turn.
+    floors_busy: AtomicU64,
+    floor_busy_db: AtomicU32,
+    floor_busy: SharedText,
 }
 
 impl Refusal {
@@ -54,11 +86,10 @@ impl Refusal {
             mark: AtomicU8::new(0),
             claim: AtomicBool::new(false),
             at_start: SharedText::new(),
-            copies: AtomicBool::new(false),
-            copies_failure: SharedText::new(),
-            copies_id: AtomicI64::new(0),
-            copies_db: AtomicU32::new(0),
-            ceiling: AtomicU64::new(0),
+            set_aside: [const { SetAside::new() }; SET_ASIDE_DATABASES],
+            floors_busy: AtomicU64::new(0),
+            floor_busy_db: AtomicU32::new(0),
+            floor_busy: SharedText::new(),
         }
     }
 
@@ -104,72 +135,137 @@ impl Refusal {
 
     /// Whether copied IDs ahead of the clock refuse generation in a database.
     pub fn copies(&self) -> bool {
-        self.copies.load(Ordering::SeqCst)
+        self.set_aside
+            .iter()
+            .any(|e| e.db.load(Ordering::SeqCst) != 0)
     }
 
-    /// The failure copied IDs ahead of the clock stand for, the largest of
-    /// them and its database, while they refuse.
-    pub fn copies_failure(&self) -> Option<(Failure, i64, u32)> {
-        if !self.copies() {
-            return None;
-        }
-        Some((
-            self.copies_failure.failure()?,
-            self.copies_id.load(Ordering::SeqCst),
-            self.copies_db.load(Ordering::SeqCst),
-        ))
+    fn entry(&self, db: u32) -> Option<&SetAside> {
+        self.set_aside
+            .iter()
+            .find(|e| db != 0 && e.db.load(Ordering::SeqCst) == db)
+    }
+
+    /// The failure copied IDs ahead of the clock in database `db` stand
+    /// for, and the largest of them (0: unknown), while they refuse.
+    pub fn copies_failure_in(&self, db: u32) -> Option<(Failure, i64)> {
+        let e = self.entry(db)?;
+        Some((e.failure.failure()?, e.id.load(Ordering::SeqCst)))
+    }
+
+    /// Every database's refusal for copied IDs: failure, largest ID (0:
+    /// unknown) and database, the one whose IDs stop every database first
+    /// first.
+    pub fn copies_failures(&self) -> Vec<(Failure, i64, u32)> {
+        let mut all: Vec<(u64, (Failure, i64, u32))> = self
+            .set_aside
+            .iter()
+            .filter_map(|e| {
+                let db = e.db.load(Ordering::SeqCst);
+                (db != 0).then_some(())?;
+                let f = e.failure.failure()?;
+                Some((
+                    e.tick.load(Ordering::SeqCst),
+                    (f, e.id.load(Ordering::SeqCst), db),
+                ))
+            })
+            .collect();
+        all.sort_by_key(|(tick, _)| *tick);
+        all.into_iter().map(|(_, r)| r).collect()
     }
 
     /// Refuses for copied IDs up to `id` in database `db`, every
-    /// database's IDs stopping below `ceiling` (call under the mark's lock).
+    /// database's IDs stopping below `ceiling` (call under the mark's
+    /// lock). A database's floor replaces what its last one found. With
+    /// every entry taken, the one whose IDs stop others latest gives way to
+    /// an earlier one; otherwise this one is not kept (its calls floor
+    /// again, and refuse again).
     pub fn refuse_for_copies(&self, why: &Failure, id: i64, db: u32, ceiling: u64) {
-        self.copies_failure.set_failure(why);
-        if self.copies_id.fetch_max(id, Ordering::SeqCst) <= id {
-            self.copies_db.store(db, Ordering::SeqCst);
-        }
-        self.lower_ceiling(ceiling.max(1));
-        self.copies.store(true, Ordering::SeqCst);
+        let ceiling = ceiling.max(1);
+        let slot = self.entry(db).or_else(|| {
+            self.set_aside
+                .iter()
+                .find(|e| e.db.load(Ordering::SeqCst) == 0)
+                .or_else(|| {
+                    self.set_aside
+                        .iter()
+                        .max_by_key(|e| e.tick.load(Ordering::SeqCst))
+                        .filter(|e| e.tick.load(Ordering::SeqCst) > ceiling)
+                })
+        });
+        let Some(e) = slot else { return };
+        e.failure.set_failure(why);
+        e.id.store(id, Ordering::SeqCst);
+        e.tick.store(ceiling, Ordering::SeqCst);
+        e.db.store(db, Ordering::SeqCst);
     }
 
-    /// The lower of the ceiling kept and `tick` (several databases' set-aside
-    /// IDs: the lowest bound holds for all).
-    fn lower_ceiling(&self, tick: u64) {
-        let _ = self
-            .ceiling
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |c| {
-                Some(if c == 0 { tick } else { c.min(tick) })
-            });
-    }
-
-    /// Where IDs stop while set-aside copied IDs are unsettled.
+    /// Where IDs stop while set-aside copied IDs are unsettled: the lowest
+    /// of the databases' bounds, and its database.
     pub fn ceiling(&self) -> Option<Ceiling> {
-        match self.ceiling.load(Ordering::SeqCst) {
-            0 => None,
-            tick => Some(Ceiling {
-                tick,
-                database: self.copies_db.load(Ordering::SeqCst),
-            }),
-        }
+        self.set_aside
+            .iter()
+            .filter_map(|e| {
+                let database = e.db.load(Ordering::SeqCst);
+                (database != 0).then(|| Ceiling {
+                    tick: e.tick.load(Ordering::SeqCst),
+                    database,
+                })
+            })
+            .min_by_key(|c| c.tick)
     }
 
     /// The ceiling a durable mark carried (at start, or replayed): the
     /// refusal stands again, its IDs unknown until its database floors
-    /// again; a mark without one lifts it (call under the mark's lock).
+    /// again; a mark without one lifts every refusal (call under the
+    /// mark's lock).
     pub fn restore_ceiling(&self, ceiling: Ceiling, why: &Failure) {
         if ceiling.tick == 0 {
-            return self.lift_copies();
+            return self.lift_all();
         }
-        self.copies_failure.set_failure(why);
-        self.copies_id.store(0, Ordering::SeqCst);
-        self.copies_db.store(ceiling.database, Ordering::SeqCst);
-        self.ceiling.store(ceiling.tick, Ordering::SeqCst);
-        self.copies.store(true, Ordering::SeqCst);
+        if self.ceiling() == Some(ceiling) {
+            return;
+        }
+        self.lift_all();
+        self.refuse_for_copies(why, 0, ceiling.database, ceiling.tick);
     }
 
-    /// Lifts that refusal (call under the mark's lock).
-    pub fn lift_copies(&self) {
-        self.copies.store(false, Ordering::SeqCst);
-        self.copies_id.store(0, Ordering::SeqCst);
-        self.ceiling.store(0, Ordering::SeqCst);
+    /// Lifts the refusals for which `settled` says so (call under the
+    /// mark's lock); whether any was.
+    pub fn lift_copies_where(&self, settled: impl Fn(u32, i64) -> bool) -> bool {
+        let mut lifted = false;
+        for e in &self.set_aside {
+            let db = e.db.load(Ordering::SeqCst);
+            if db != 0 && settled(db, e.id.load(Ordering::SeqCst)) {
+                e.clear();
+                lifted = true;
+            }
+        }
+        lifted
+    }
+
+    fn lift_all(&self) {
+        self.set_aside.iter().for_each(SetAside::clear);
+    }
+
+    /// How many floors failed for a locked table so far.
+    pub fn floors_busy(&self) -> u64 {
+        self.floors_busy.load(Ordering::SeqCst)
+    }
+
+    /// Notes that a floor of database `db` failed with `why` because a
+    /// table stayed locked (one floor of a database at a time).
+    pub fn note_floor_busy(&self, db: u32, why: &Failure) {
+        self.floor_busy.set_failure(why);
+        self.floor_busy_db.store(db, Ordering::SeqCst);
+        self.floors_busy.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The failure of database `db`'s floor that failed for a locked table
+    /// after `seen` such failures were counted, if one did.
+    pub fn floor_busy_since(&self, db: u32, seen: u64) -> Option<Failure> {
+        (self.floors_busy() != seen && self.floor_busy_db.load(Ordering::SeqCst) == db)
+            .then(|| self.floor_busy.failure())
+            .flatten()
     }
 }

@@ -7,8 +7,10 @@ Whether a session read a table is told by a lock, not by a time: while a
 superuser holds the record of floors locked, a session whose first ID read
 it would wait, and with `lock_timeout` set it fails at once (55P03)."""
 
+import threading
+
 import psycopg2
-from harness import pg_major, server
+from harness import pg_major, server, wait_until
 
 NO_WAIT = "SET lock_timeout = 1; "
 
@@ -233,10 +235,67 @@ def test_a_lock_an_owner_keeps_fails_a_floor_after_max_wait_and_never_stalls_it(
             code, message, hint = s.error(take, user="app")
             assert code == "55000" and "public.locked.id" in message and "locked against reading" in message, (code, message)
             query = hint[hint.index("SELECT pid"):hint.index("; then")]
+            assert "database =" in query and "pg_prepared_xacts" in hint, hint
             assert [r[0] for r in s.sql(query)] == [holder_pid], query
         holder.commit()
         assert s.one(take, user="app") > v, "the floor missed the table once unlocked"
+
+        # A numeric stored out of line is read through the TOAST table's
+        # index, which a REINDEX left open holds: bounded the same way.
+        s.sql("CREATE TABLE toasted (id numeric DEFAULT snowflake_nextval())", user="evil")
+        s.sql("ALTER TABLE toasted ALTER id SET STORAGE EXTERNAL", user="evil")
+        s.sql("INSERT INTO toasted VALUES (repeat('9', 5000)::numeric)", user="evil")
+        cur.execute("REINDEX TABLE toasted")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (3003)")
+        code, message, _ = s.error(take, user="app")
+        assert code == "55000" and "public.toasted.id" in message, (code, message)
+        holder.rollback()
+        assert s.one(take, user="app") > v
         holder.close()
+
+
+def test_sessions_waiting_for_a_floor_that_a_lock_failed_fail_with_it_at_once():
+    """Four sessions need the same floor while a table owner keeps a table
+    locked: the first floors and fails once `max_wait` is spent; the three
+    that waited for it fail with its error without flooring again (each
+    would otherwise wait `max_wait` in turn: the fourth four times as
+    long). Told by the floors the log says began, not by a time: the
+    waiters are seen queued for the floor before the first one fails."""
+    with server("checks-chain", conf={"snowflake_id.max_wait": "'20s'"}) as s:
+        s.sql("CREATE ROLE evil LOGIN")
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("GRANT CREATE ON SCHEMA public TO evil")
+        s.sql("CREATE TABLE locked (id bigint DEFAULT snowflake_nextval())", user="evil")
+        assert s.one("SELECT snowflake_nextval()") > 0
+        holder = s.connect(user="evil", autocommit=False)
+        holder.cursor().execute("LOCK TABLE locked IN ACCESS EXCLUSIVE MODE")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (3101)")
+        logged = len(s.log_text())
+        got = {}
+
+        def ask(k):
+            got[k] = s.error("SET statement_timeout = '120s'; SELECT snowflake_nextval()", user="app")
+
+        def on_the_record(granted):
+            return s.one("SELECT count(*) FROM pg_locks WHERE relation = 'snowflake_id.snowflake_floors'::regclass"
+                         f" AND mode = 'ShareUpdateExclusiveLock' AND granted = {granted}")
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(4)]
+        threads[0].start()
+        wait_until(lambda: on_the_record("true") == 1, "the first session never began the floor")
+        for t in threads[1:]:
+            t.start()
+        wait_until(lambda: on_the_record("false") == 3, "the other sessions never waited for the floor")
+        for t in threads:
+            t.join()
+        for k in range(4):
+            code, message, _ = got[k]
+            assert code == "55000" and "public.locked.id" in message, (k, code, message)
+        began = s.log_text()[logged:].count('flooring database "postgres"')
+        assert began == 1, f"{began} floors began: the waiters floored again in turn"
+        holder.rollback()
+        holder.close()
+        assert s.one("SELECT snowflake_nextval()", user="app") > 0
 
 
 def test_no_role_can_stand_in_for_the_record_where_the_extension_has_none():

@@ -155,6 +155,10 @@ def test_ids_far_ahead_of_the_clock_refuse_every_database_until_settled():
         code, msg, hint = s.error("SELECT snowflake_nextval()")
         assert code == "55000" and "public.t.id holds 9223372036854775807" in msg, msg
         assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
+        # Other databases stop only at the smallest set-aside ID's time: a
+        # sentinel stops none of them, hours after the floor.
+        s.set_clock(5 * 3600)
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
         pasted = re.search(r"SELECT \S*snowflake_resume_above\(\);", hint).group()
         said = s.one(pasted)
         assert "set aside as no ID: public.t.id holds 9223372036854775807" in said, said
@@ -277,3 +281,57 @@ def test_a_restart_or_crash_after_a_floor_ahead_of_the_clock_issues_in_every_dat
         standby.promote()
         standby.wait_for("SELECT NOT pg_is_in_recovery()", what="the standby was not promoted")
         assert standby.one("SELECT snowflake_nextval()", dbname="other") > last
+
+
+def test_a_dropped_database_takes_the_stop_of_its_set_aside_ids_with_it():
+    """A database whose copied IDs were set aside stops every database at
+    their time; dropped (after a restart, which keeps the stop with their
+    IDs unknown), it stops nothing: no ID can repeat them any more."""
+    with server("copies-dropped", faketime=True) as s:
+        s.sql("CREATE DATABASE scratch")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="scratch")
+        s.sql("CREATE TABLE t (id bigint DEFAULT snowflake_nextval())", dbname="scratch")
+        far = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '2 hours')")
+        s.sql(f"INSERT INTO t VALUES ({far})", dbname="scratch")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (1100)", dbname="scratch")
+        code, message, _ = s.error("SELECT snowflake_nextval()", dbname="scratch")
+        assert code == "55000" and f"public.t.id holds {far}" in message, (code, message)
+        s.restart()
+        s.set_clock(3 * 3600)
+        code, message, _ = s.error("SELECT snowflake_nextval()")
+        assert code == "55000" and 'database "scratch" holds IDs copied' in message, (code, message)
+        s.sql("DROP DATABASE scratch")
+        assert s.one("SELECT snowflake_nextval()") > far
+        assert s.one("SELECT problem FROM snowflake_id.snowflake_status") is None
+
+
+def test_databases_with_set_aside_ids_each_keep_their_own_refusal():
+    """Two databases hold copied IDs far ahead: each refuses with its own
+    column and value, without reading again at each call; one settled, the
+    other still refuses, and every database stops at the other's time."""
+    with server("copies-two", faketime=True) as s:
+        far = {}
+        for k, (db, hours) in enumerate((("a", 5), ("b", 3))):
+            s.sql(f"CREATE DATABASE {db}")
+            s.sql("CREATE EXTENSION snowflake_id", dbname=db)
+            s.sql(f"CREATE TABLE t_{db} (id bigint DEFAULT snowflake_nextval())", dbname=db)
+            far[db] = s.one(f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{hours} hours')")
+            s.sql(f"INSERT INTO t_{db} VALUES ({far[db]})", dbname=db)
+            s.sql(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ({1200 + k})", dbname=db)
+        logged = len(s.log_text())
+        for _ in range(3):
+            for db in far:
+                code, message, _ = s.error("SELECT snowflake_nextval()", dbname=db)
+                assert code == "55000" and f"public.t_{db}.id holds {far[db]}" in message, (db, code, message)
+        for db in far:
+            began = s.log_text()[logged:].count(f'flooring database "{db}"')
+            assert began == 1, f"database {db} floored {began} times"
+        s.sql("SELECT snowflake_resume_above()", dbname="a")
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="a") is True
+        code, message, _ = s.error("SELECT snowflake_nextval()", dbname="b")
+        assert code == "55000" and f"public.t_b.id holds {far['b']}" in message, (code, message)
+        s.set_clock(4 * 3600)
+        code, message, _ = s.error("SELECT snowflake_nextval()")
+        assert code == "55000" and 'database "b" holds IDs copied' in message, (code, message)
+        assert s.one("SELECT snowflake_nextval()", dbname="b") > far["b"]
+        assert s.one("SELECT snowflake_nextval()") > far["b"]
