@@ -60,9 +60,10 @@ pub fn may_draw() -> bool {
     })) == Some(true)
 }
 
-/// `name` qualified with the schema the extension is in, so that a HINT's
-/// statement works when pasted whatever the search path.
-pub fn qualified(name: &str) -> String {
+/// The schema the extension is in, quoted and followed by a dot (empty
+/// where it is not created), so that a HINT's statement works when pasted
+/// whatever the search path: `format!("{}snowflake_nextval", qualifier())`.
+pub fn qualifier() -> String {
     let mut schema = None;
     spi::each_of_latest_data(
         "SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_extension x
@@ -75,8 +76,7 @@ pub fn qualified(name: &str) -> String {
             Ok(false)
         },
     );
-    match schema {
-        Some(s) => format!("{}.{name}", crate::pg::text::ident(&s)),
-        None => name.to_string(),
-    }
+    schema
+        .map(|s| format!("{}.", crate::pg::text::ident(&s)))
+        .unwrap_or_default()
 }

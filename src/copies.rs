@@ -713,7 +713,7 @@ fn floor(
 fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     let made = layout.decode(id).map(|d| d.unix_ms).unwrap_or(0);
     let db = database_name();
-    let resume = crate::catalog::qualified("snowflake_resume_above");
+    let resume = format!("{}snowflake_resume_above", crate::catalog::qualifier());
     Failure::new(
         Class::NotReady,
         format!(

@@ -34,8 +34,10 @@ fn problem(shm: &Shmem, now: i64) -> Option<String> {
     if let Err(f) = issue::problem(shm, now) {
         return Some(f.message);
     }
-    // Another database's copied IDs ahead of the clock, which refuse there.
-    if let Some((f, ..)) = shm.refusal.copies_failures().into_iter().next() {
+    // Another database's copied IDs ahead of the clock, which refuse there
+    // (of several, the one whose stop comes first).
+    let first = shm.refusal.ceiling();
+    if let Some((f, _)) = first.and_then(|c| shm.refusal.copies_failure_in(c.database)) {
         return Some(f.message);
     }
     if let Some(w) = claims::warning(shm) {

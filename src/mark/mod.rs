@@ -128,12 +128,14 @@ pub fn refuse_for_copies(shm: &Shmem, cfg: &Config, why: &Failure, id: i64, db: 
 fn past_ceiling(layout: &snowflake_id_core::layout::Layout, c: Ceiling) -> Failure {
     let db = crate::pg::database::name(pgrx::pg_sys::Oid::from(c.database))
         .unwrap_or_else(|| format!("of OID {}", c.database));
+    // One lookup for both names.
+    let q = crate::catalog::qualifier();
     snowflake_id_core::copies::past_ceiling(
         layout,
         c.tick,
         &db,
-        &crate::catalog::qualified("snowflake_nextval"),
-        &crate::catalog::qualified("snowflake_resume_above"),
+        &format!("{q}snowflake_nextval"),
+        &format!("{q}snowflake_resume_above"),
     )
 }
 

@@ -225,40 +225,44 @@ unsafe fn lock_toast(relation: pg_sys::Relation, wait: Duration) -> Result<Vec<p
         if toast == pg_sys::InvalidOid {
             return Ok(Vec::new());
         }
-        let mut held = Vec::new();
-        let release = |held: &[pg_sys::Oid]| {
-            for oid in held {
-                pg_sys::UnlockRelationOid(*oid, lock);
-            }
-        };
         if !lock::relation_within(toast, lock::Mode::AccessShare, wait) {
             return Err(Busy);
         }
-        held.push(toast);
+        let mut held = vec![toast];
         let rel = pg_sys::try_relation_open(toast, pg_sys::NoLock as pg_sys::LOCKMODE);
         if rel.is_null() {
             return Ok(held);
         }
-        let list = pg_sys::RelationGetIndexList(rel);
+        let indexes = index_oids(rel);
         pg_sys::relation_close(rel, pg_sys::NoLock as pg_sys::LOCKMODE);
-        let n = if list.is_null() { 0 } else { (*list).length };
-        let mut busy = false;
-        for k in 0..n {
-            let oid = (*(*list).elements.add(k as usize)).oid_value;
+        for oid in indexes {
             if !lock::relation_within(oid, lock::Mode::AccessShare, wait) {
-                busy = true;
-                break;
+                for oid in held {
+                    pg_sys::UnlockRelationOid(oid, lock);
+                }
+                return Err(Busy);
             }
             held.push(oid);
         }
-        if !list.is_null() {
-            pg_sys::list_free(list);
-        }
-        if busy {
-            release(&held);
-            return Err(Busy);
-        }
         Ok(held)
+    }
+}
+
+/// The OIDs of the indexes of `relation` (open and locked), as the
+/// relation cache lists them.
+unsafe fn index_oids(relation: pg_sys::Relation) -> Vec<pg_sys::Oid> {
+    // SAFETY: the relation is open and locked; the list is a copy this
+    // function reads and frees.
+    unsafe {
+        let list = pg_sys::RelationGetIndexList(relation);
+        if list.is_null() {
+            return Vec::new();
+        }
+        let oids = (0..(*list).length as usize)
+            .map(|k| (*(*list).elements.add(k)).oid_value)
+            .collect();
+        pg_sys::list_free(list);
+        oids
     }
 }
 
@@ -297,11 +301,7 @@ unsafe fn usable_index(
     // SAFETY: the relation is open and locked; each index is locked, then
     // opened, before its fields are read, and closed unless returned.
     unsafe {
-        let list = pg_sys::RelationGetIndexList(relation);
-        let mut found = None;
-        let n = if list.is_null() { 0 } else { (*list).length };
-        for k in 0..n {
-            let oid = (*(*list).elements.add(k as usize)).oid_value;
+        for oid in index_oids(relation) {
             if !lock::relation_if_free(oid, lock::Mode::AccessShare) {
                 continue;
             }
@@ -320,15 +320,11 @@ unsafe fn usable_index(
             if fits {
                 let descending =
                     i32::from(*(*index).rd_indoption) & pg_sys::INDOPTION_DESC as i32 != 0;
-                found = Some((index, descending));
-                break;
+                return Some((index, descending));
             }
             pg_sys::index_close(index, lock);
         }
-        if !list.is_null() {
-            pg_sys::list_free(list);
-        }
-        found
+        None
     }
 }
 

@@ -153,27 +153,6 @@ impl Refusal {
         Some((e.failure.failure()?, e.id.load(Ordering::SeqCst)))
     }
 
-    /// Every database's refusal for copied IDs: failure, largest ID (0:
-    /// unknown) and database, the one whose IDs stop every database first
-    /// first.
-    pub fn copies_failures(&self) -> Vec<(Failure, i64, u32)> {
-        let mut all: Vec<(u64, (Failure, i64, u32))> = self
-            .set_aside
-            .iter()
-            .filter_map(|e| {
-                let db = e.db.load(Ordering::SeqCst);
-                (db != 0).then_some(())?;
-                let f = e.failure.failure()?;
-                Some((
-                    e.tick.load(Ordering::SeqCst),
-                    (f, e.id.load(Ordering::SeqCst), db),
-                ))
-            })
-            .collect();
-        all.sort_by_key(|(tick, _)| *tick);
-        all.into_iter().map(|(_, r)| r).collect()
-    }
-
     /// Refuses for copied IDs up to `id` in database `db`, every
     /// database's IDs stopping below `ceiling` (call under the mark's
     /// lock). A database's floor replaces what its last one found. With
