@@ -335,3 +335,33 @@ def test_databases_with_set_aside_ids_each_keep_their_own_refusal():
         assert code == "55000" and 'database "b" holds IDs copied' in message, (code, message)
         assert s.one("SELECT snowflake_nextval()", dbname="b") > far["b"]
         assert s.one("SELECT snowflake_nextval()") > far["b"]
+
+
+def test_a_promoted_standby_keeps_the_stop_of_set_aside_ids():
+    """A standby that replayed the mark carrying the stop of set-aside
+    copied IDs, promoted with its clock past them, issues none at or after
+    their time in another database until the one that holds them floors
+    above them (the HINT's statement, pasted there)."""
+    with server("copies-stop-primary", faketime=True) as s, servers() as made:
+        s.sql("CREATE TABLE t (id bigint DEFAULT snowflake_nextval())")
+        s.sql("CREATE DATABASE other")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="other")
+        assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
+        standby = Server("copies-stop-standby", copy_of=s, standby=True, faketime=True)
+        made.append(standby)
+        standby.start()
+        far = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '2 hours')")
+        s.sql(f"INSERT INTO t VALUES ({far})")
+        ask_for_a_floor(s, 1)
+        assert s.error("SELECT snowflake_nextval()")[0] == "55000"
+        lsn = s.one("SELECT pg_current_wal_insert_lsn()::text")
+        standby.wait_for(f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn", what="the standby did not replay the mark")
+        s.stop("immediate")
+        standby.set_clock(3 * 3600)
+        standby.promote()
+        standby.wait_for("SELECT NOT pg_is_in_recovery()", what="the standby was not promoted")
+        code, message, hint = standby.error("SELECT snowflake_nextval()", dbname="other")
+        assert code == "55000" and 'database "postgres" holds IDs copied' in message, (code, message)
+        pasted = re.search(r"SELECT \S*snowflake_nextval\(\);", hint).group()
+        assert standby.one(pasted) > far
+        assert standby.one("SELECT snowflake_nextval()", dbname="other") > far
