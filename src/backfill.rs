@@ -117,6 +117,10 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     }
     let layout = cfg.layout;
     let tick = tick_of(&layout, unix_us)?;
+    let history = shm.mark.history();
+    if let Some(c) = history.conflict(worker, tick) {
+        return Err(c.failure(&layout, worker, tick, &history));
+    }
     let policy = settings::policy(&layout)?;
     if process::read_only_transaction() {
         return Err(read_only());

@@ -198,6 +198,10 @@ pub fn follow(shm: &Shmem, old: u32, new: u32, origin: &str) -> bool {
         server_log!(
             "snowflake_id: worker id {old} -> {new}: Citus gave this node another group ({origin})"
         );
+        // So that no backfill ever takes `old` for the times it was live.
+        if let Err(f) = crate::mark::live_worker_moved(shm, new) {
+            crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
+        }
     }
     moved
 }

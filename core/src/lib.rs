@@ -38,6 +38,7 @@ pub mod floored;
 pub mod generator;
 pub mod judged;
 pub mod layout;
+pub mod live_history;
 pub mod mark;
 pub mod opaque;
 pub mod resume;

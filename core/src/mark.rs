@@ -17,6 +17,7 @@
 //! with a damaged slot is treated as damaged.
 
 use crate::layout::{FieldOrder, Layout, NAMED};
+use crate::live_history::{self, LiveHistory};
 use crate::timefmt::format_instant;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -27,12 +28,19 @@ use std::path::{Path, PathBuf};
 pub const FILE_NAME: &str = "snowflake_id.state";
 
 const SLOT: usize = 512;
-/// Length of an encoded record (format 3).
-pub const RECORD: usize = 96;
-const MAGIC: [u8; 8] = *b"SNOWFLK\x03";
+/// The longest encoded record (format 4): format 3's fields, then the
+/// history of live worker ids, as long as it needs to be.
+const RECORD: usize = HISTORY_AT + live_history::MAX_ENCODED + 4;
+const _: () = assert!(RECORD <= SLOT);
+const HISTORY_AT: usize = 88;
+const MAGIC: [u8; 8] = *b"SNOWFLK\x04";
+/// Format 3: 96 bytes, no history of live worker ids (earlier builds of
+/// 0.2.0 wrote it; WAL from one of them is still replayed).
+const RECORD_V3: usize = 96;
+const MAGIC_V3: [u8; 8] = *b"SNOWFLK\x03";
 /// Format 2: 80 bytes, no ceiling (earlier builds of 0.2.0 wrote it; WAL
 /// from one of them is still replayed).
-pub const RECORD_V2: usize = 80;
+const RECORD_V2: usize = 80;
 const MAGIC_V2: [u8; 8] = *b"SNOWFLK\x02";
 /// Format 1 (0.1.0): 64 bytes, no system identifier or timeline.
 const MAGIC_V1: [u8; 8] = *b"SNOWFLK\x01";
@@ -93,9 +101,7 @@ impl Identity {
     }
 }
 
-/// [`Record::worker_id`] of a mark written before the worker id was known
-/// (it comes from Citus, read after start): no worker id is that large.
-pub const WORKER_UNKNOWN: u32 = u32::MAX;
+pub use crate::worker_id::WORKER_UNKNOWN;
 
 /// One write of the mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +132,9 @@ pub struct Record {
     /// and the database that holds them: every database's IDs stop below
     /// them, across a restart too (format 3).
     pub ceiling: Ceiling,
+    /// The worker ids this server issued live IDs under, and when (format
+    /// 4; a record before it reads as its worker id live since the epoch).
+    pub history: LiveHistory,
 }
 
 /// Where IDs stop while copied IDs ahead of the clock are unsettled.
@@ -153,8 +162,8 @@ pub(crate) fn crc32c(data: &[u8]) -> u32 {
 }
 
 impl Record {
-    pub fn encode(&self) -> [u8; RECORD] {
-        let mut b = [0u8; RECORD];
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; HISTORY_AT];
         b[0..8].copy_from_slice(&MAGIC);
         self.encode_fields(&mut b);
         b[56..64].copy_from_slice(&self.system_id.to_le_bytes());
@@ -162,9 +171,30 @@ impl Record {
         b[68..76].copy_from_slice(&self.continue_term.to_le_bytes());
         b[76..84].copy_from_slice(&self.ceiling.tick.to_le_bytes());
         b[84..88].copy_from_slice(&self.ceiling.database.to_le_bytes());
-        let crc = crc32c(&b[0..RECORD - 4]);
-        b[RECORD - 4..].copy_from_slice(&crc.to_le_bytes());
+        self.history.encode(&mut b);
+        let crc = crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
         b
+    }
+
+    /// Whether `len` bytes can be one whole record (of any format): for
+    /// records that come without a slot around them (WAL).
+    pub fn whole(b: &[u8]) -> bool {
+        Self::length(b).is_some_and(|(len, _)| len == b.len())
+    }
+
+    /// The length of the record `b` starts with, and its format.
+    fn length(b: &[u8]) -> Option<(usize, u8)> {
+        match b.get(0..8)? {
+            m if m == MAGIC => Some((
+                HISTORY_AT + LiveHistory::len_at(b.get(HISTORY_AT..)?)? + 4,
+                4,
+            )),
+            m if m == MAGIC_V3 => Some((RECORD_V3, 3)),
+            m if m == MAGIC_V2 => Some((RECORD_V2, 2)),
+            m if m == MAGIC_V1 => Some((RECORD_V1, 1)),
+            _ => None,
+        }
     }
 
     /// The fields format 1 and 2 share, at the same offsets.
@@ -190,12 +220,7 @@ impl Record {
     }
 
     fn decode_versioned(b: &[u8]) -> Option<(Record, u8)> {
-        let (len, version) = match b.get(0..8)? {
-            m if m == MAGIC => (RECORD, 3),
-            m if m == MAGIC_V2 => (RECORD_V2, 2),
-            m if m == MAGIC_V1 => (RECORD_V1, 1),
-            _ => return None,
-        };
+        let (len, version) = Self::length(b)?;
         let b = b.get(0..len)?;
         if crc32c(&b[0..len - 4]).to_le_bytes() != b[len - 4..len] {
             return None;
@@ -208,15 +233,20 @@ impl Record {
         };
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let (system_id, timeline, continue_term) = match version {
-            2 | 3 => (u64_at(56), u32_at(64), u64_at(68) as i64),
+            2..=4 => (u64_at(56), u32_at(64), u64_at(68) as i64),
             _ => (0, 0, 0),
         };
         let ceiling = match version {
-            3 => Ceiling {
+            3 | 4 => Ceiling {
                 tick: u64_at(76),
                 database: u32_at(84),
             },
             _ => Ceiling::default(),
+        };
+        let worker_id = u32_at(36);
+        let history = match version {
+            4 => LiveHistory::decode(&b[HISTORY_AT..len - 4])?,
+            _ => LiveHistory::unknown_since(worker_id),
         };
         Some((
             Record {
@@ -229,13 +259,14 @@ impl Record {
                     sequence_bits: b[34],
                     order,
                 },
-                worker_id: u32::from_le_bytes(b[36..40].try_into().unwrap()),
+                worker_id,
                 mark_tick: u64_at(40),
                 written_at_ms: u64_at(48) as i64,
                 system_id,
                 timeline,
                 continue_term,
                 ceiling,
+                history,
             },
             version,
         ))
@@ -243,6 +274,9 @@ impl Record {
 }
 
 /// What a read of the state file found.
+// A record (with its history of worker ids) is read a few times per start:
+// not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {
     /// No file: this server never issued an ID (or the file was removed).
@@ -284,7 +318,7 @@ impl MarkFile {
         let slots = [0, SLOT].map(|at| Record::decode_versioned(&bytes[at..]));
         Ok(match slots {
             [Some((a, _)), Some((b, _))] => Stored::Valid(if a.generation >= b.generation { a } else { b }),
-            [Some((r, 2 | 3)), None] | [None, Some((r, 2 | 3))] => Stored::Valid(r),
+            [Some((r, 2..=4)), None] | [None, Some((r, 2..=4))] => Stored::Valid(r),
             [Some(_), None] | [None, Some(_)] => Stored::Damaged(
                 "one of its two records fails its checksum, and the file was written by snowflake_id 0.1.0, which kept the newest mark in one slot only".into(),
             ),
@@ -321,7 +355,8 @@ impl MarkFile {
     fn create(&self, rec: &Record) -> io::Result<()> {
         let mut bytes = vec![0u8; 2 * SLOT];
         for slot in [0, SLOT] {
-            bytes[slot..slot + RECORD].copy_from_slice(&rec.encode());
+            let rec = rec.encode();
+            bytes[slot..slot + rec.len()].copy_from_slice(&rec);
         }
         replace_file(&self.dir, FILE_NAME, &bytes)
     }
@@ -371,6 +406,9 @@ mod tests {
                 tick: 1 << 40,
                 database: 16_384,
             },
+            history: LiveHistory::default()
+                .with_live(3, 0, 1_000)
+                .with_live(7, 50_000, 50_001),
         }
     }
 
@@ -394,7 +432,7 @@ mod tests {
     fn records_round_trip_and_checksums_catch_damage() {
         let r = record(9, 123_456);
         assert_eq!(Record::decode(&r.encode()), Some(r));
-        for i in 0..RECORD {
+        for i in 0..r.encode().len() {
             let mut b = r.encode();
             b[i] ^= 0x10;
             assert_eq!(
@@ -416,7 +454,8 @@ mod tests {
         f.write(&record(3, 300)).unwrap();
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
         // Generation 4 torn halfway through the first slot: 3 is still there.
-        let half = &record(4, 400).encode()[..RECORD / 2];
+        let whole = record(4, 400).encode();
+        let half = &whole[..whole.len() / 2];
         let file = OpenOptions::new().write(true).open(f.path()).unwrap();
         file.write_all_at(half, 0).unwrap();
         assert_eq!(f.read().unwrap(), Stored::Valid(record(3, 300)));
@@ -437,7 +476,7 @@ mod tests {
             f.write(&record(gen, mark)).unwrap();
         }
         for slot in [0, SLOT] {
-            for at in [slot, slot + 40, slot + RECORD - 1] {
+            for at in [slot, slot + 40, slot + record(3, 300).encode().len() - 1] {
                 flip(&f.path(), at);
                 assert_eq!(
                     f.read().unwrap(),
@@ -464,6 +503,7 @@ mod tests {
             timeline: 0,
             continue_term: 0,
             ceiling: Ceiling::default(),
+            history: LiveHistory::unknown_since(new.worker_id),
             ..new
         };
         assert_eq!(f.read().unwrap(), Stored::Valid(unknown_origin));
@@ -479,19 +519,28 @@ mod tests {
     }
 
     #[test]
-    fn format_2_records_are_read_without_a_ceiling() {
+    fn records_of_formats_2_and_3_are_read_without_what_came_later() {
         let r = record(5, 500);
-        // Format 3's first 76 bytes are format 2's, under the other magic.
-        let mut b = [0u8; RECORD_V2];
-        b[..RECORD_V2 - 4].copy_from_slice(&r.encode()[..RECORD_V2 - 4]);
-        b[0..8].copy_from_slice(&MAGIC_V2);
-        let crc = crc32c(&b[0..RECORD_V2 - 4]);
-        b[RECORD_V2 - 4..].copy_from_slice(&crc.to_le_bytes());
-        let without = Record {
-            ceiling: Ceiling::default(),
+        // Each format's first bytes are the one before's, under another magic.
+        let older = |len: usize, magic: [u8; 8]| {
+            let mut b = vec![0u8; len];
+            b[..len - 4].copy_from_slice(&r.encode()[..len - 4]);
+            b[0..8].copy_from_slice(&magic);
+            let crc = crc32c(&b[0..len - 4]);
+            b[len - 4..].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let unknown = LiveHistory::unknown_since(r.worker_id);
+        let v3 = Record {
+            history: unknown,
             ..r
         };
-        assert_eq!(Record::decode(&b), Some(without));
+        assert_eq!(Record::decode(&older(RECORD_V3, MAGIC_V3)), Some(v3));
+        let v2 = Record {
+            ceiling: Ceiling::default(),
+            ..v3
+        };
+        assert_eq!(Record::decode(&older(RECORD_V2, MAGIC_V2)), Some(v2));
         assert_eq!(Record::decode(&r.encode()), Some(r));
     }
 

@@ -9,6 +9,9 @@ use crate::layout::{Layout, Parts};
 use crate::mark::{Identity, Record, Stored};
 
 /// What generation may do after the server (or its shared memory) starts.
+// A record (with its history of worker ids) is read a few times per start:
+// not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resume {
     /// Nothing was ever issued here.
@@ -198,6 +201,7 @@ mod tests {
             timeline: 1,
             continue_term: 0,
             ceiling: Default::default(),
+            history: Default::default(),
         }
     }
 

@@ -15,6 +15,10 @@
 use crate::failure::{Class, Failure};
 use crate::layout::Layout;
 
+/// The worker id of a mark written before the worker id was known (it
+/// comes from Citus, read after start): no worker id is that large.
+pub const WORKER_UNKNOWN: u32 = u32::MAX;
+
 const RESTART: &str = "then restart PostgreSQL";
 
 /// `snowflake_id.worker_id_source`'s values.

@@ -10,6 +10,7 @@ use snowflake_id_core::config::Config;
 use snowflake_id_core::copies;
 use snowflake_id_core::generator::{Limits, Reservation};
 use snowflake_id_core::layout::Layout;
+use snowflake_id_core::live_history::LiveHistory;
 use snowflake_id_core::mark::{Identity, Stored, WORKER_UNKNOWN};
 use snowflake_id_core::resume::adopted_mark;
 use snowflake_id_core::timefmt::{format_duration, format_instant};
@@ -69,6 +70,13 @@ pub fn adopt(shm: &Shmem, cfg: &Config, lim: &Limits) -> Result<String, Failure>
         resume::floor_if_copied(shm, cfg, lim);
         let reservation = Reservation::for_layout(&cfg.layout);
         let mark = reservation.target(&shm.gen, lim, now_tick, floor.unwrap_or(0));
+        // IDs of the old settings (or of a state no one can read) may be
+        // anywhere below the new ones: no backfill goes there.
+        let backfill_from = floor.map_or(now_tick, |f| f + 1);
+        shm.mark.set_history(LiveHistory::adopted(
+            backfill_from,
+            shm.worker.get().unwrap_or(WORKER_UNKNOWN),
+        ));
         let w = write(shm, cfg, mark)?;
         shm.refusal.lift_mark();
         let from = match old {

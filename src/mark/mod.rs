@@ -27,6 +27,7 @@ use crate::shmem::Shmem;
 use file::{file, io_failure};
 use snowflake_id_core::config::Config;
 use snowflake_id_core::generator::{Limits, Reservation};
+use snowflake_id_core::live_history::LiveHistory;
 use snowflake_id_core::mark::{Ceiling, Identity, Record, WORKER_UNKNOWN};
 use snowflake_id_core::resume::Resume;
 use snowflake_id_core::{Class, Failure};
@@ -317,16 +318,18 @@ pub fn extend(
 /// mark's lock; publish the result with [`publish`] after releasing it.
 fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
     let (system_id, timeline) = xlog::origin();
+    let worker = shm.worker.get().unwrap_or(WORKER_UNKNOWN);
     let rec = Record {
         generation: shm.mark.generation() + 1,
         identity: Identity::of(&cfg.layout),
-        worker_id: shm.worker.get().unwrap_or(WORKER_UNKNOWN),
+        worker_id: worker,
         mark_tick: mark,
         written_at_ms: now_ms(),
         system_id,
         timeline,
         continue_term: shm.gen.continue_term(),
         ceiling: shm.refusal.ceiling().unwrap_or_default(),
+        history: history_with(shm, cfg, worker),
     };
     let lsn = redo::log(&rec);
     file().write(&rec).map_err(|e| io_failure("write", e))?;
@@ -335,6 +338,52 @@ fn write(shm: &Shmem, cfg: &Config, mark: u64) -> Result<Written, Failure> {
         shm.mark.set_logged_lsn(lsn);
     }
     Ok(Written { mark, lsn })
+}
+
+/// The live worker ids' history once `worker` issues (a restart under
+/// another worker id; a Citus group moved is noted when it moves, by
+/// [`live_worker_moved`]). Call holding the mark's lock.
+fn history_with(shm: &Shmem, cfg: &Config, worker: u32) -> LiveHistory {
+    let known = shm.mark.history();
+    if worker == WORKER_UNKNOWN || worker == known.current {
+        return known;
+    }
+    // Every ID issued so far lies at or below the newest mark, and the
+    // next goes at the generator's next tick or above. A server that never
+    // issued takes the clock's tick, less an hour for a clock that steps
+    // back before its first ID.
+    let next_tick = shm.gen.next() >> cfg.layout.sequence_bits();
+    let since = if next_tick > 0 {
+        next_tick
+    } else {
+        let hour = 3_600_000 / cfg.layout.unit_ms();
+        cfg.layout
+            .tick_at_ms(now_ms())
+            .unwrap_or(0)
+            .saturating_sub(hour)
+    };
+    known.with_live(worker, shm.mark.tick().unwrap_or(u64::MAX), since)
+}
+
+/// Notes, durably, that the live worker id moved to `new` while the
+/// server runs (Citus gave the node another group): a mark is written at
+/// once, so that a crash before the next one cannot forget that `new`
+/// issues from here on, nor that the old one stopped.
+pub fn live_worker_moved(shm: &Shmem, new: u32) -> Result<(), Failure> {
+    let cfg = crate::settings::config()?;
+    let w = shm.mark.with_lock(|| {
+        // In shared memory first: should the write fail, the next one
+        // carries it all the same.
+        shm.mark.set_history(history_with(shm, cfg, new));
+        match shm.mark.tick() {
+            Some(mark) => write(shm, cfg, mark).map(Some),
+            None => Ok(None),
+        }
+    })?;
+    match w {
+        Some(w) => publish(shm, w, RESERVER_STANDBY_WAIT_MS).map(|_| ()),
+        None => Ok(()),
+    }
 }
 
 /// Publishes a written mark once a synchronous standby (if any is asked

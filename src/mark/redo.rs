@@ -132,6 +132,7 @@ fn replay(rec: &Record) {
         if known == Some(tick)
             && shm.mark.origin() == (rec.system_id, rec.timeline)
             && shm.refusal.ceiling().unwrap_or_default() == rec.ceiling
+            && shm.mark.history() == rec.history
         {
             return; // nothing new (a mark logged again after a checkpoint)
         }
@@ -202,6 +203,7 @@ fn replay_unreadable(why: &str) {
 
 /// What a record of this resource manager holds.
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+#[allow(clippy::large_enum_variant)] // one per record redone, on the stack
 enum Logged {
     Mark(Record),
     Lease(Raise),
@@ -214,7 +216,6 @@ enum Logged {
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String> {
     use snowflake_id_core::backfill::RECORD as LEASE;
-    use snowflake_id_core::mark::{RECORD, RECORD_V2};
     // SAFETY: the decoded record Postgres hands the resource manager; its
     // main data is `main_data_len` bytes long.
     let (info, data) = unsafe {
@@ -231,8 +232,11 @@ unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String>
         n => Err(format!("{n} bytes instead of {}", want[0])),
     };
     match info {
-        // Format 2 from an earlier build of this version, still replayed.
-        INFO_MARK => Record::decode(sized(&[RECORD, RECORD_V2])?)
+        // Formats 2 and 3 from earlier builds of this version, still replayed.
+        INFO_MARK if !Record::whole(data) => {
+            Err(format!("{} bytes are no whole mark record", data.len()))
+        }
+        INFO_MARK => Record::decode(data)
             .map(Logged::Mark)
             .ok_or_else(|| "its checksum does not match".to_string()),
         INFO_LEASE => Raise::decode(sized(&[LEASE])?)

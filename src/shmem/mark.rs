@@ -3,8 +3,10 @@
 //! status: the newest mark, where it came from, where it was logged.
 
 use crate::pg::lock::SharedLock;
+use snowflake_id_core::live_history::LiveHistory;
 use snowflake_id_core::mark::Record;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const NO_MARK: u64 = u64::MAX;
 
@@ -61,7 +63,19 @@ pub struct MarkState {
     recovery_files: AtomicU8,
     /// Whether the check for copied data has run since start.
     copy_checked: AtomicBool,
+    /// The live worker ids of the newest mark, which a backfill reads at
+    /// each call: written under `lock`, read without it, a sequence lock
+    /// (odd `history_seq` while a write is under way) so that a backfill
+    /// never waits for a mark's fsync.
+    history_seq: AtomicU64,
+    history: UnsafeCell<LiveHistory>,
 }
+
+// SAFETY: `history` is written only under `lock`, and read through the
+// sequence lock (`history`), which retries a copy a write overlapped.
+unsafe impl Sync for MarkState {}
+// A history is replaced whole; a panic leaves the old one or the new.
+impl std::panic::RefUnwindSafe for MarkState {}
 
 impl MarkState {
     pub fn new(lock: SharedLock) -> MarkState {
@@ -77,6 +91,8 @@ impl MarkState {
             standby_wait_since_ms: AtomicI64::new(0),
             recovery_files: AtomicU8::new(0),
             copy_checked: AtomicBool::new(false),
+            history_seq: AtomicU64::new(0),
+            history: UnsafeCell::new(LiveHistory::default()),
         }
     }
 
@@ -94,6 +110,34 @@ impl MarkState {
         self.system_id.store(rec.system_id, Ordering::Relaxed);
         self.timeline.store(rec.timeline, Ordering::Relaxed);
         self.source.store(source as u8, Ordering::Relaxed);
+        self.set_history(rec.history);
+    }
+
+    /// Sets the live worker ids' history. Only under `with_lock`.
+    pub fn set_history(&self, h: LiveHistory) {
+        let seq = self.history_seq.load(Ordering::Relaxed);
+        self.history_seq.store(seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        // SAFETY: writers hold the lock; readers retry what this overlaps.
+        unsafe { std::ptr::write_volatile(self.history.get(), h) };
+        self.history_seq.store(seq + 2, Ordering::Release);
+    }
+
+    /// The live worker ids' history of the newest mark.
+    pub fn history(&self) -> LiveHistory {
+        loop {
+            let before = self.history_seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            // SAFETY: a plain copy of plain data; a torn one is thrown away.
+            let h = unsafe { std::ptr::read_volatile(self.history.get()) };
+            fence(Ordering::Acquire);
+            if self.history_seq.load(Ordering::Relaxed) == before {
+                return h;
+            }
+        }
     }
 
     /// The newest mark known, if any.

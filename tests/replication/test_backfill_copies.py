@@ -144,3 +144,42 @@ def test_a_restored_base_backup_repeats_none():
         assert not set(new) & set(replayed), "an ID of a replayed row was issued again"
         assert not set(new) & set(before), "an ID handed out before the backup was issued again"
         print(f"replayed {len(replayed)} rows; after the backup: {len(set(new) & set(after))} of {len(after)} repeated")
+
+
+def test_a_standby_promoted_keeps_the_worker_ids_its_primary_issued_live_under():
+    """The history of live worker ids travels in the marks' WAL: a standby
+    promoted with worker 1, then 2, retired on its primary refuses to
+    backfill under either at the times it was live, its clock an hour behind."""
+    with servers() as made:
+        p = Server("bfr-live-primary")
+        made.append(p)
+        p.start()
+        p.sql("CREATE EXTENSION snowflake_id")
+        p.sql("CREATE TABLE old AS SELECT i AS id FROM snowflake_nextval_batch(2000) i")
+        s = Server("bfr-live-standby", copy_of=p, standby=True, faketime=True)
+        made.append(s)
+        s.set_clock(-3600)
+        s.start()
+        p.set_conf(**{"snowflake_id.worker_id": 2})
+        p.restart()
+        p.sql("INSERT INTO old SELECT i FROM snowflake_nextval_batch(2000) i")
+        end = p.one("SELECT pg_current_wal_flush_lsn()")
+        s.wait_for(f"SELECT pg_last_wal_replay_lsn() >= '{end}'")
+        p.stop("immediate")
+        s.set_conf(**{"snowflake_id.worker_id": 3, "snowflake_id.backfill_worker_id": 1})
+        s.restart()
+        s.promote()
+        s.wait_for("SELECT NOT pg_is_in_recovery()")
+        s.sql("""CREATE FUNCTION try_at(t timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+                 BEGIN RETURN snowflake_nextval_at(t);
+                 EXCEPTION WHEN object_not_in_prerequisite_state THEN RETURN NULL; END $$""")
+        tried = """SELECT count(*) FILTER (WHERE b IS NULL), count(*) FILTER (WHERE b IN (SELECT id FROM old))
+                     FROM (SELECT try_at(snowflake_timestamp(id)) AS b FROM old
+                            WHERE (snowflake_decode(id)).worker_id = {w}) x"""
+        assert s.sql(tried.format(w=1))[0] == (2000, 0)
+        s.set_conf(**{"snowflake_id.backfill_worker_id": 2})
+        s.reload_and_wait()
+        assert s.sql(tried.format(w=2))[0] == (2000, 0)
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(snowflake_timestamp(max(id))) FROM old")
+        assert code == "55000" and "backfill_worker_id = 2 issued live IDs" in msg, msg
+        assert "live here before: 1, 2; now: 3" in hint, hint

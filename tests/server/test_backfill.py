@@ -453,3 +453,78 @@ def test_an_invalid_backfill_worker_id_in_the_configuration_is_an_error_naming_i
         again = s.one("SELECT snowflake_nextval_at('2025-02-01')")
         assert s.sql("SELECT (snowflake_decode(%s)).worker_id, (snowflake_decode(%s)).worker_id",
                      (first, again))[0] == (1023, 1022)
+
+
+# A backfill at each old ID's time, counted: refused (55000), and equal to
+# an old ID. Each call in its own subtransaction, so one refusal does not
+# end the rest.
+TRY_EACH = """
+CREATE FUNCTION try_at(t timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN snowflake_nextval_at(t);
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    RETURN NULL;
+END $$;
+"""
+TRIED = """
+SELECT count(*) FILTER (WHERE b IS NULL), count(*) FILTER (WHERE b IN (SELECT id FROM old))
+  FROM (SELECT try_at(snowflake_timestamp(id)) AS b FROM old) x
+"""
+
+
+def test_a_worker_id_once_live_here_is_refused_at_the_times_it_was_live():
+    # The case of issue 51: worker 1 issues 3,000 IDs, then becomes the
+    # backfill worker id beside live worker 2; unchecked, ~2,900 old IDs
+    # came back.
+    with server("bf-was-live") as s:
+        s.sql("CREATE TABLE old AS SELECT i AS id FROM snowflake_nextval_batch(3000) i")
+        s.sql(TRY_EACH)
+        s.set_conf(**{"snowflake_id.worker_id": 2, "snowflake_id.backfill_worker_id": 1})
+        s.restart()
+        assert s.one("SELECT (snowflake_decode(snowflake_nextval())).worker_id") == 2
+        assert s.sql(TRIED)[0] == (3000, 0)
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(snowflake_timestamp(min(id))) FROM old")
+        assert code == "55000" and "snowflake_id.backfill_worker_id = 1 issued live IDs on this server from" in msg, msg
+        assert "live here before: 1; now: 2" in hint and "reload" in hint, hint
+        # Times before worker 1 was live are free (its span starts an hour
+        # before its first ID, for a clock stepped back).
+        early = s.one("SELECT snowflake_nextval_at(snowflake_timestamp(min(id)) - interval '2 hours') FROM old")
+        assert s.one(f"SELECT (snowflake_decode({early})).worker_id") == 1
+
+        # The history is in the state file: kept through kill -9.
+        s.kill9_all()
+        s.start()
+        assert s.sql(TRIED)[0] == (3000, 0)
+
+        # Worker 2 retired in turn: both are refused at their times.
+        s.sql("INSERT INTO old SELECT i FROM snowflake_nextval_batch(500) i")
+        s.set_conf(**{"snowflake_id.worker_id": 3, "snowflake_id.backfill_worker_id": 2})
+        s.restart()
+        s.one("SELECT snowflake_nextval()")
+        refused, repeated = s.sql(TRIED)[0]
+        assert repeated == 0 and refused >= 500, (refused, repeated)
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(snowflake_timestamp(max(id))) FROM old")
+        assert code == "55000" and "backfill_worker_id = 2 issued live IDs" in msg, msg
+        assert "live here before: 1, 2; now: 3" in hint, hint
+        s.set_conf(**{"snowflake_id.backfill_worker_id": 1})
+        s.reload_and_wait()
+        assert s.sql(TRIED)[0][1] == 0
+
+
+def test_a_backfill_below_the_ids_of_adopted_settings_is_refused():
+    # The layout moved (an epoch five years earlier) and was adopted: old IDs
+    # decode, under the new settings, to times five years back; a backfill
+    # there could equal them.
+    with server("bf-adopted", conf=BACKFILL) as s:
+        s.sql("CREATE TABLE old AS SELECT i AS id FROM snowflake_nextval_batch(3000) i")
+        s.sql(TRY_EACH)
+        s.set_conf(**{"snowflake_id.epoch": "'2020-01-01 00:00:00+00'"})
+        s.restart()
+        assert s.one("SELECT snowflake_adopt_settings()").startswith("adopted")
+        assert s.sql(TRIED)[0] == (3000, 0)
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(snowflake_timestamp(max(id)) - interval '1 year') FROM old")
+        assert code == "55000" and "under other settings" in msg, msg
+        assert "Give these rows times from" in hint, hint
+        # Above every old ID, whatever its worker: free.
+        later = s.one("SELECT snowflake_nextval_at(now() - interval '1 day')")
+        assert later > s.one("SELECT max(id) FROM old")
