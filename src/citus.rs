@@ -19,7 +19,7 @@ use crate::settings;
 use crate::shmem::Shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use snowflake_id_core::citus::{copied_table_add_column, membership, Copies, Listed};
+use snowflake_id_core::citus::{copied_table_add_column, membership, Added, Copies, Fills, Listed};
 use snowflake_id_core::layout::Layout;
 use snowflake_id_core::worker_id::{from_citus_group, CitusNode, Promoted};
 use snowflake_id_core::Failure;
@@ -365,21 +365,24 @@ pub fn refuse_divergent_default(stmt: &Statement<'_>) {
     let generators = catalog::generating_functions();
     for column in &adds.columns {
         let expr = column.cooked_default();
-        let Some(generator) = expr.first_call_of(&generators) else {
-            continue;
+        let fills = match expr.first_call_of(&generators) {
+            Some(g) => Fills::Generator(g),
+            None => match expr.first_opaque_volatile_call() {
+                Some(f) => Fills::Opaque(f),
+                None => continue,
+            },
         };
         let Some((table, key)) = filled(relid) else {
             return;
         };
-        raise(copied_table_add_column(
-            &table,
-            &copies,
-            &ident(&column.name()),
-            &column.type_name(),
-            &expr.deparse(),
-            &generator,
-            &key,
-        ));
+        let added = Added {
+            column: ident(&column.name()),
+            column_type: column.type_name(),
+            default: expr.deparse(),
+            domain: column.domain().map(str::to_string),
+            fills,
+        };
+        raise(copied_table_add_column(&table, &copies, &added, &key));
     }
 }
 

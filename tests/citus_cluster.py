@@ -35,8 +35,14 @@ def node(made, name, faketime=False, **conf):
     return s
 
 
-def add(coordinator, worker):
+def add(coordinator, worker, wait=True):
+    """citus_add_node; with `wait`, where the coordinator has snowflake_id
+    (which Citus then brings to the node), until the node issues: a group id
+    new to a node is refused for its handover (docs/citus.md), however long
+    this machine takes to get there."""
     coordinator.sql("SELECT citus_add_node('localhost', %s)", (worker.port,))
+    if wait and coordinator.one("SELECT count(*) FROM pg_extension WHERE extname = 'snowflake_id'"):
+        wait_issues(worker)
 
 
 def start_cluster(made, prefix, workers=2, **conf):
@@ -48,9 +54,11 @@ def start_cluster(made, prefix, workers=2, **conf):
     for w in ws:
         add(c, w)
     c.sql("CREATE EXTENSION snowflake_id")
-    # Each claims worker finds the extension at its next refresh: waited
-    # for on every node, however long each one takes.
+    # Each claims worker finds the extension at its next refresh, and a
+    # worker's group is new to it (its handover): waited for on every node,
+    # however long each one takes.
     for s in (c, *ws):
+        wait_issues(s)
         s.wait_for("SELECT problem IS NULL FROM snowflake_id.snowflake_status",
                    what=f"{s.name} still has a problem after CREATE EXTENSION snowflake_id")
     return c, ws

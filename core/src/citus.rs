@@ -13,23 +13,50 @@ pub enum Copies {
     Replicated(i64),
 }
 
-/// `ALTER TABLE <table> ADD COLUMN <column> ... DEFAULT <default>` where the
-/// default draws IDs (`generator` is the generating function it calls) and
-/// the table has rows kept in several copies: Citus runs the ALTER on every
-/// copy, and each fills the old rows from its node's generator, so the
-/// copies would differ (Citus refuses the same for `nextval()`). `table`
-/// and `column` are quoted, `default` the column's default as PostgreSQL
-/// prints it, `key` the primary key's columns, quoted (empty: the table has
-/// none).
+/// What makes a column added with a default fill its old rows with values
+/// of the node that runs the `ADD COLUMN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fills {
+    /// A generating function of the extension, by name.
+    Generator(String),
+    /// A volatile function written in SQL or a procedural language, by
+    /// name: what it calls is not read here, so it may draw IDs.
+    Opaque(String),
+}
+
+/// A column an `ALTER TABLE ... ADD COLUMN` adds, and the default that
+/// fills its old rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    /// Quoted.
+    pub column: String,
+    pub column_type: String,
+    /// The default as PostgreSQL prints it: the column's own, or, where it
+    /// has none, its domain's (`domain` names it).
+    pub default: String,
+    pub domain: Option<String>,
+    pub fills: Fills,
+}
+
+/// `ALTER TABLE <table> ADD COLUMN ...` where the default that fills the
+/// old rows draws IDs, or may, and the table has rows kept in several
+/// copies: Citus runs the ALTER on every copy, and each fills the old rows
+/// from its own node, so the copies would differ (Citus refuses the same
+/// for `nextval()`). `table` is quoted, `key` the primary key's columns,
+/// quoted (empty: the table has none).
 pub fn copied_table_add_column(
     table: &str,
     copies: &Copies,
-    column: &str,
-    column_type: &str,
-    default: &str,
-    generator: &str,
+    added: &Added,
     key: &[String],
 ) -> Failure {
+    let Added {
+        column,
+        column_type,
+        default,
+        domain,
+        fills,
+    } = added;
     let fill = if key.is_empty() {
         "give the table a primary key first, then fill the old rows with one INSERT ... SELECT ... ON CONFLICT (<key>) DO UPDATE through the coordinator".to_string()
     } else {
@@ -48,14 +75,32 @@ pub fn copied_table_add_column(
             "Citus adds the column to every copy of every shard",
         ),
     };
-    Failure::new(
-        Class::NotSupported,
-        format!("cannot add a column whose DEFAULT calls {generator}() to {what}"),
-    )
-    .detail(format!("{why}, and each copy would fill the old rows with IDs drawn on its own node: the copies would differ."))
-    .hint(format!(
-        "Add the column without its default, set the default, then fill the old rows once through the coordinator: ALTER TABLE {table} ADD COLUMN {column} {column_type}; ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {default}; {fill}"
-    ))
+    let (calls, values) = match fills {
+        Fills::Generator(g) => (format!("{g}()"), "IDs drawn on its own node"),
+        Fills::Opaque(f) => (
+            format!("{f}(), a volatile function whose body snowflake_id does not read,"),
+            "values made on its own node (IDs, if the function draws any)",
+        ),
+    };
+    let (whose, steps) = match domain {
+        None => (
+            format!("a column whose DEFAULT calls {calls}"),
+            format!(
+                "Add the column without its default, set the default, then fill the old rows once through the coordinator: ALTER TABLE {table} ADD COLUMN {column} {column_type}; ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {default};"
+            ),
+        ),
+        Some(d) => (
+            format!("a column of the domain {d}, whose DEFAULT calls {calls}"),
+            format!(
+                "Add the column with DEFAULT NULL (which keeps the domain's default off the old rows), give new rows the domain's default back, then fill the old rows once through the coordinator: ALTER TABLE {table} ADD COLUMN {column} {column_type} DEFAULT NULL; ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT;"
+            ),
+        ),
+    };
+    Failure::new(Class::NotSupported, format!("cannot add {whose} to {what}"))
+        .detail(format!(
+            "{why}, and each copy would fill the old rows with {values}: the copies would differ."
+        ))
+        .hint(format!("{steps} {fill}"))
 }
 
 /// A node as a Citus node's metadata (`pg_dist_node`) lists it.
@@ -143,15 +188,47 @@ pub fn membership(me: &Listed, coordinator: &[Listed], worker: u32) -> Option<Fa
 mod tests {
     use super::*;
 
+    fn added(column: &str, column_type: &str, default: &str, domain: Option<&str>) -> Added {
+        Added {
+            column: column.into(),
+            column_type: column_type.into(),
+            default: default.into(),
+            domain: domain.map(Into::into),
+            fills: Fills::Generator("snowflake_nextval".into()),
+        }
+    }
+
+    #[test]
+    fn a_domains_default_and_an_opaque_function_are_refused_with_a_way_that_works() {
+        let f = copied_table_add_column(
+            "rf2",
+            &Copies::Reference,
+            &added("d", "sfid", "snowflake_nextval()", Some("sfid")),
+            &["k".into()],
+        );
+        assert_eq!(
+            f.message,
+            "cannot add a column of the domain sfid, whose DEFAULT calls snowflake_nextval() to the Citus reference table rf2: it is not empty"
+        );
+        assert_eq!(
+            f.hint.unwrap(),
+            "Add the column with DEFAULT NULL (which keeps the domain's default off the old rows), give new rows the domain's default back, then fill the old rows once through the coordinator: ALTER TABLE rf2 ADD COLUMN d sfid DEFAULT NULL; ALTER TABLE rf2 ALTER COLUMN d DROP DEFAULT; INSERT INTO rf2 (k, d) SELECT k, snowflake_nextval() FROM rf2 WHERE d IS NULL ON CONFLICT (k) DO UPDATE SET d = excluded.d;"
+        );
+        let opaque = Added {
+            fills: Fills::Opaque("public.make_id".into()),
+            ..added("d", "bigint", "public.make_id()", None)
+        };
+        let f = copied_table_add_column("rf2", &Copies::Replicated(2), &opaque, &[]);
+        assert!(f.message.contains("calls public.make_id(), a volatile function whose body snowflake_id does not read,"), "{}", f.message);
+        assert!(f.detail.unwrap().contains("IDs, if the function draws any"));
+    }
+
     #[test]
     fn the_refusal_gives_a_way_that_keeps_every_copy_identical() {
         let f = copied_table_add_column(
             "public.countries",
             &Copies::Reference,
-            "sid",
-            "bigint",
-            "snowflake_nextval()",
-            "snowflake_nextval",
+            &added("sid", "bigint", "snowflake_nextval()", None),
             &["code".into()],
         );
         assert_eq!(f.class, Class::NotSupported);
@@ -166,10 +243,7 @@ mod tests {
         let f = copied_table_add_column(
             "t",
             &Copies::Reference,
-            "sid",
-            "bigint",
-            "snowflake_nextval()",
-            "snowflake_nextval",
+            &added("sid", "bigint", "snowflake_nextval()", None),
             &[],
         );
         assert!(f
@@ -183,10 +257,12 @@ mod tests {
         let f = copied_table_add_column(
             "public.orders",
             &Copies::Replicated(2),
-            "public_id",
-            "text",
-            "snowflake_to_opaque(snowflake_nextval())",
-            "snowflake_nextval",
+            &added(
+                "public_id",
+                "text",
+                "snowflake_to_opaque(snowflake_nextval())",
+                None,
+            ),
             &["tenant".into(), "id".into()],
         );
         assert_eq!(

@@ -404,6 +404,35 @@ pub fn moving(what: &str, unread: Option<&str>) -> Failure {
         .hint("IDs are issued again once the other nodes' claims on this server's worker id have been read.")
 }
 
+/// How long a Citus node waits before it issues under a group id new to
+/// its data directory: as long as a claim takes to go stale. Citus hands a
+/// removed node's group id to a new node when asked to
+/// (`citus_add_node(..., groupid => N)`) and tells the removed node nothing;
+/// that node, if it still runs, stops once its claims worker reads the
+/// coordinator's metadata, at its next refresh. The new node is the one that
+/// can wait: until every refresh of such a node has had time to end.
+pub const HANDOVER_MS: u64 = STALE_AFTER_MS;
+
+/// The refusal of a Citus node that began to hold `worker` (the group
+/// `group`) at `since`, while the handover lasts.
+pub fn handover(worker: u32, group: i64, since: UnixMs, now: UnixMs) -> Option<Failure> {
+    let until = since + HANDOVER_MS as UnixMs;
+    (now < until && since <= now).then(|| {
+        Failure::new(
+            Class::NotReady,
+            format!(
+                "this node's worker id {worker} (Citus group {group}) is new to it: it issues IDs from {}, once any node that held group {group} before and still runs has read that the group was given away",
+                format_instant(until)
+            ),
+        )
+        .detail(format!(
+            "A group id given again by hand (citus_add_node(..., groupid => {group})) is not told to the node that had it; that node stops at its next refresh, within {} s.",
+            HANDOVER_MS / 1000
+        ))
+        .hint("Nothing to do: IDs are issued from then on. Never give a group id by hand while the node that had it may run cut off from the coordinator.")
+    })
+}
+
 /// The claim a server holds, as it remembers it across restarts: when it
 /// first claimed this worker id on this system and timeline. The table is
 /// not where this lives: a row can be deleted, truncated or made again with
@@ -430,6 +459,18 @@ pub struct Memory {
     /// group given to another node), if it did: kept over a restart, so that
     /// a server cut off from the one who said so goes on refusing.
     pub place: Option<Failure>,
+    /// Since when this data directory (its system identifier) holds its
+    /// worker id: a standby promoted, a restart keep it; a new node, a group
+    /// moved, an upgraded cluster begin anew.
+    pub holding: Option<Holding>,
+}
+
+/// A worker id held by a data directory since an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    pub system_identifier: u64,
+    pub worker_id: u32,
+    pub since_ms: UnixMs,
 }
 
 impl Memory {
@@ -447,6 +488,17 @@ impl Memory {
             let f: Vec<&str> = line.split_whitespace().collect();
             match f.as_slice() {
                 ["instance", i] => m.instance = i.parse().unwrap_or(0),
+                ["holding", s, w, at] => {
+                    m.holding = (|| {
+                        Some(Holding {
+                            system_identifier: s.parse().ok()?,
+                            worker_id: w.parse().ok()?,
+                            since_ms: at.parse().ok().filter(|ms: &UnixMs| {
+                                (ms.unsigned_abs() as f64) < LATEST_S * 1000.0
+                            })?,
+                        })
+                    })()
+                }
                 ["refused_by", s, t, w, i] => {
                     m.refused_by = (|| {
                         Some(Claimant {
@@ -490,6 +542,12 @@ impl Memory {
                 h.system_identifier, h.timeline, h.worker_id, h.claimed_at_ms
             ));
         }
+        if let Some(h) = &self.holding {
+            text.push_str(&format!(
+                "holding {} {} {}\n",
+                h.system_identifier, h.worker_id, h.since_ms
+            ));
+        }
         if let Some(p) = &self.place {
             text.push_str(&format!(
                 "place {}\n",
@@ -497,6 +555,36 @@ impl Memory {
             ));
         }
         text
+    }
+
+    /// Since when this data directory holds `worker_id`, noted as `now`
+    /// if it is new to it (a claim remembered from before holdings were
+    /// kept counts from its time); and whether that was noted now.
+    pub fn holding_since(
+        &mut self,
+        system_identifier: u64,
+        worker_id: u32,
+        now: UnixMs,
+    ) -> (UnixMs, bool) {
+        let mine = |s: u64, w: u32| (s, w) == (system_identifier, worker_id);
+        if let Some(h) = self
+            .holding
+            .filter(|h| mine(h.system_identifier, h.worker_id))
+        {
+            return (h.since_ms, false);
+        }
+        let since = match &self.held {
+            Some(h) if self.holding.is_none() && mine(h.system_identifier, h.worker_id) => {
+                h.claimed_at_ms
+            }
+            _ => now,
+        };
+        self.holding = Some(Holding {
+            system_identifier,
+            worker_id,
+            since_ms: since,
+        });
+        (since, true)
     }
 
     /// When this server claimed `who`'s worker id, if it remembers: only
@@ -652,6 +740,11 @@ mod tests {
                     .detail("both would issue")
                     .hint("stop it"),
             ),
+            holding: Some(Holding {
+                system_identifier: 1,
+                worker_id: 5,
+                since_ms: T0,
+            }),
         };
         assert_eq!(Memory::parse(&m.text()), m);
         // A place that is not a refusal, or not a failure at all, is damage.
@@ -668,6 +761,38 @@ mod tests {
             }
         );
         assert_eq!(Memory::parse(""), Memory::default());
+    }
+
+    #[test]
+    fn a_group_new_to_a_data_directory_waits_out_the_handover_and_a_copy_does_not() {
+        let mut m = Memory::default();
+        assert_eq!(m.holding_since(1, 5, T0), (T0, true));
+        assert_eq!(m.holding_since(1, 5, T0 + 60_000), (T0, false));
+        let during = handover(5, 5, T0, T0 + 1_000).unwrap();
+        assert_eq!(during.class, Class::NotReady);
+        assert!(
+            during.message.contains("Citus group 5) is new to it"),
+            "{}",
+            during.message
+        );
+        assert_eq!(handover(5, 5, T0, T0 + HANDOVER_MS as UnixMs), None);
+        // Another group (re-added): anew. The same data directory under a
+        // promoted standby's timeline is the same holding.
+        assert_eq!(m.holding_since(1, 7, T0 + 60_000), (T0 + 60_000, true));
+        // A claim remembered from before holdings were kept counts from its time.
+        let mut older = Memory {
+            held: Some(Held {
+                system_identifier: 1,
+                timeline: 2,
+                worker_id: 5,
+                claimed_at_ms: T0 - 86_400_000,
+            }),
+            ..Memory::default()
+        };
+        assert_eq!(older.holding_since(1, 5, T0), (T0 - 86_400_000, true));
+        let mut other = older.clone();
+        other.holding = None;
+        assert_eq!(other.holding_since(2, 5, T0), (T0, true));
     }
 
     #[test]

@@ -149,9 +149,16 @@ impl<'a> Statement<'a> {
                 })
                 .map(|c| (*c).def.cast::<pg_sys::ColumnDef>())
                 .filter_map(|def| {
-                    raw_default(def).map(|raw| AddedColumn {
+                    let default = match raw_default(def) {
+                        Some(raw) => DefaultFrom::Own(raw),
+                        None => {
+                            let (domain, cooked) = domain_default(def)?;
+                            DefaultFrom::Domain { domain, cooked }
+                        }
+                    };
+                    Some(AddedColumn {
                         def,
-                        raw,
+                        default,
                         tree: PhantomData,
                     })
                 })
@@ -187,6 +194,57 @@ unsafe fn raw_default(def: *mut pg_sys::ColumnDef) -> Option<*mut pg_sys::Node> 
     }
 }
 
+/// The default a column without one of its own takes from its type: a
+/// domain's, or that of the domain it is made over, to any depth (as
+/// PostgreSQL fills the old rows of an `ADD COLUMN` with it), with the
+/// domain's name; cooked (the catalog keeps it so).
+///
+/// # Safety
+/// `def` is a column definition of a parse tree.
+unsafe fn domain_default(def: *mut pg_sys::ColumnDef) -> Option<(String, *mut pg_sys::Node)> {
+    // SAFETY: the ColumnDef's TypeName; a type not found is the command's
+    // own error, later.
+    let typid = unsafe {
+        if (*def).typeName.is_null() {
+            return None;
+        }
+        pg_sys::LookupTypeNameOid(std::ptr::null_mut(), (*def).typeName, true)
+    };
+    if typid == pg_sys::InvalidOid {
+        return None;
+    }
+    let found = super::spi::ok(Spi::connect(|c| {
+        let found = c.select(
+            "WITH RECURSIVE d(oid, depth) AS ( \
+                 SELECT $1::pg_catalog.oid, 0 \
+                 UNION ALL \
+                 SELECT t.typbasetype, d.depth OPERATOR(pg_catalog.+) 1 \
+                 FROM pg_catalog.pg_type t JOIN d ON t.oid OPERATOR(pg_catalog.=) d.oid \
+                 WHERE t.typtype OPERATOR(pg_catalog.=) 'd' AND t.typdefaultbin IS NULL) \
+             SELECT t.oid::pg_catalog.regtype::pg_catalog.text, t.typdefaultbin::pg_catalog.text \
+             FROM d JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.oid \
+             WHERE t.typtype OPERATOR(pg_catalog.=) 'd' AND t.typdefaultbin IS NOT NULL \
+             ORDER BY d.depth LIMIT 1",
+            None,
+            &[typid.into()],
+        )?;
+        if found.is_empty() {
+            return Ok((None, None));
+        }
+        found
+            .first()
+            .get_two::<super::text::Text, super::text::Text>()
+    }));
+    let (Some(domain), Some(tree)) = found else {
+        return None;
+    };
+    let tree = std::ffi::CString::new(tree.0).ok()?;
+    // SAFETY: the catalog's own text of a cooked expression, read back in
+    // the current memory context (after SPI's ended).
+    let cooked = unsafe { pg_sys::stringToNode(tree.as_ptr()) }.cast::<pg_sys::Node>();
+    Some((domain.0, cooked))
+}
+
 /// What `columns_added_with_default` found.
 pub struct AddColumns<'a> {
     relation: *mut pg_sys::RangeVar,
@@ -215,8 +273,19 @@ impl AddColumns<'_> {
 /// A column an `ALTER TABLE` adds, with a default.
 pub struct AddedColumn<'a> {
     def: *mut pg_sys::ColumnDef,
-    raw: *mut pg_sys::Node,
+    default: DefaultFrom,
     tree: PhantomData<&'a pg_sys::Node>,
+}
+
+/// Where an added column's default comes from.
+enum DefaultFrom {
+    /// The column definition's, raw from the parser.
+    Own(*mut pg_sys::Node),
+    /// Its domain's (none of its own), cooked.
+    Domain {
+        domain: String,
+        cooked: *mut pg_sys::Node,
+    },
 }
 
 /// A string of the parse tree or of Postgres, in the database's encoding.
@@ -256,21 +325,33 @@ impl AddedColumn<'_> {
         }
     }
 
+    /// The domain whose default the column takes, where it has none of
+    /// its own.
+    pub fn domain(&self) -> Option<&str> {
+        match &self.default {
+            DefaultFrom::Own(_) => None,
+            DefaultFrom::Domain { domain, .. } => Some(domain),
+        }
+    }
+
     /// The default transformed as PostgreSQL will transform it (a copy: the
     /// statement's own tree is left as it came). What PostgreSQL refuses in
     /// a default (a column, a subquery) it refuses here, with its own error.
     pub fn cooked_default(&self) -> Expression<'_> {
-        // SAFETY: a parse state of no statement, as PostgreSQL cooks a
-        // default; the copy is palloc'd in the current context, which
-        // outlives the check that reads it.
-        let node = unsafe {
-            let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
-            let copy = pg_sys::copyObjectImpl(self.raw.cast()).cast::<pg_sys::Node>();
-            pg_sys::transformExpr(
-                pstate,
-                copy,
-                pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
-            )
+        let node = match self.default {
+            // SAFETY: a parse state of no statement, as PostgreSQL cooks a
+            // default; the copy is palloc'd in the current context, which
+            // outlives the check that reads it.
+            DefaultFrom::Own(raw) => unsafe {
+                let pstate = pg_sys::make_parsestate(std::ptr::null_mut());
+                let copy = pg_sys::copyObjectImpl(raw.cast()).cast::<pg_sys::Node>();
+                pg_sys::transformExpr(
+                    pstate,
+                    copy,
+                    pg_sys::ParseExprKind::EXPR_KIND_COLUMN_DEFAULT,
+                )
+            },
+            DefaultFrom::Domain { cooked, .. } => cooked,
         };
         Expression {
             node,
@@ -324,6 +405,63 @@ impl Expression<'_> {
         // SAFETY: a cooked expression; the search outlives the walk.
         unsafe { walk(self.node, (&mut search as *mut Search).cast()) };
         search.found
+    }
+
+    /// The first volatile function the expression calls (or an operator
+    /// calls) that is written in SQL or a procedural language, schema-
+    /// qualified and quoted: its body could draw IDs, and is not read here.
+    pub fn first_opaque_volatile_call(&self) -> Option<String> {
+        #[pg_guard]
+        unsafe extern "C-unwind" fn walk(
+            node: *mut pg_sys::Node,
+            context: *mut std::ffi::c_void,
+        ) -> bool {
+            // SAFETY: `context` is the Vec below, for the walk's length; a
+            // FuncExpr or OpExpr by its tag.
+            unsafe {
+                if node.is_null() {
+                    return false;
+                }
+                let found = &mut *context.cast::<Vec<pg_sys::Oid>>();
+                if pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
+                    found.push((*node.cast::<pg_sys::FuncExpr>()).funcid);
+                } else if pgrx::is_a(node, pg_sys::NodeTag::T_OpExpr) {
+                    found.push((*node.cast::<pg_sys::OpExpr>()).opfuncid);
+                }
+                pg_sys::expression_tree_walker(node, Some(walk), context)
+            }
+        }
+        let mut called: Vec<pg_sys::Oid> = Vec::new();
+        // SAFETY: a cooked expression; operators get their functions' OIDs
+        // filled in first, as the planner would; the list outlives the walk.
+        unsafe {
+            pg_sys::fix_opfuncids(self.node);
+            walk(self.node, (&mut called as *mut Vec<pg_sys::Oid>).cast());
+        }
+        if called.is_empty() {
+            return None;
+        }
+        let oids: Vec<Option<pg_sys::Oid>> = called.into_iter().map(Some).collect();
+        super::spi::ok(Spi::connect(|c| {
+            let found = c.select(
+                "SELECT pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.' \
+                        OPERATOR(pg_catalog.||) pg_catalog.quote_ident(p.proname) \
+                 FROM pg_catalog.unnest($1::pg_catalog.oid[]) WITH ORDINALITY AS u(oid, i) \
+                 JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) u.oid \
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace \
+                 JOIN pg_catalog.pg_language l ON l.oid OPERATOR(pg_catalog.=) p.prolang \
+                 WHERE p.provolatile OPERATOR(pg_catalog.=) 'v' \
+                   AND l.lanname OPERATOR(pg_catalog.<>) ALL (ARRAY['internal', 'c']::pg_catalog.name[]) \
+                 ORDER BY u.i LIMIT 1",
+                None,
+                &[oids.into()],
+            )?;
+            if found.is_empty() {
+                return Ok(None);
+            }
+            found.first().get_one::<super::text::Text>()
+        }))
+        .map(|t| t.0)
     }
 
     /// The expression as PostgreSQL prints it (`pg_get_expr`'s text).

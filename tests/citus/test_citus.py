@@ -244,7 +244,7 @@ def test_a_group_id_past_the_layouts_worker_bits_is_refused_not_wrapped():
         s.sql("CREATE EXTENSION snowflake_id")
         assert s.one("SELECT snowflake_nextval()") is not None  # 0 + 31: the last that fits
         far = node(made, "citus-far-w", **{"snowflake_id.layout": "'js53'", "snowflake_id.worker_id_offset": 31})
-        add(s, far)  # group 1: 1 + 31 = 32 does not fit js53's 5 worker bits
+        add(s, far, wait=False)  # group 1: 1 + 31 = 32 does not fit js53's 5 worker bits
         code, message, hint = far.error("SELECT snowflake_nextval()")
         assert code == "22023", (code, message)
         assert "worker id 32 from Citus group id 1 + snowflake_id.worker_id_offset 31" in message, message
@@ -371,6 +371,53 @@ def test_a_default_that_draws_ids_added_to_a_filled_table_with_copies_is_refused
     assert c.one(f"SELECT count(*) FROM run_command_on_placements('{table}', 'SELECT 1')") >= copies * len(per_shard)
     assert c.one(f"SELECT count(*) FROM {table} WHERE {name} IS NULL") == 0
     assert c.one(f"SELECT count(DISTINCT {name}) FROM {table}") == 300
+
+
+@pytest.mark.parametrize("kind, through", [
+    ("reference", "domain"), ("replicated", "domain over a domain"), ("reference", "function"),
+])
+def test_a_default_that_draws_ids_through_a_domain_or_a_function_is_refused_and_the_hints_way_keeps_copies_alike(
+        cluster, kind, through):
+    """What the ADD COLUMN's own text does not show: a column of a domain whose
+    default draws IDs (to any depth), or a default calling a function of the
+    user's, whose body is not read (issue 51: 4 placements, 4 different md5s)."""
+    c, w1, w2, _ = cluster
+    tag = through.replace(" ", "_")
+    table = f"through_{kind}_{tag}"
+    c.sql(f"CREATE TABLE {table} (k int PRIMARY KEY, v text)")
+    if kind == "reference":
+        c.sql(f"SELECT create_reference_table('{table}')")
+    else:
+        c.sql(f"SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{table}', 'k', shard_count => 4)")
+    c.sql(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    if through == "function":
+        c.sql(f"CREATE FUNCTION make_{tag}_{kind}() RETURNS bigint LANGUAGE sql VOLATILE AS 'SELECT snowflake_nextval()'")
+        column, words = f"d bigint DEFAULT make_{tag}_{kind}()", "a volatile function whose body snowflake_id does not read"
+    else:
+        c.sql(f"CREATE DOMAIN sf_{tag}_{kind} AS bigint DEFAULT snowflake_nextval()")
+        domain = f"sf_{tag}_{kind}"
+        if through == "domain over a domain":
+            c.sql(f"CREATE DOMAIN sf2_{tag}_{kind} AS sf_{tag}_{kind}")
+            domain = f"sf2_{tag}_{kind}"
+        column, words = f"d {domain}", "a column of the domain"
+    code, message, hint = c.error(f"ALTER TABLE {table} ADD COLUMN {column}")
+    assert code == "0A000", (code, message)
+    assert words in message and f"public.{table}" in message, message
+    has = f"SELECT count(*) FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = 'd'"
+    assert [s.one(has) for s in (c, w1, w2)] == [0, 0, 0]
+    # Pasted into psql, each statement on its own: every copy alike.
+    for statement in hint[hint.index("ALTER TABLE"):].rstrip(";").split("; "):
+        c.sql(statement)
+    per_shard = {}
+    for shard, result in c.sql(
+            f"SELECT shardid, result FROM run_command_on_placements('{table}',"
+            f" $$SELECT md5(string_agg(k || ':' || d, ',' ORDER BY k)) FROM %s$$)"):
+        per_shard.setdefault(shard, set()).add(result)
+    assert per_shard and all(len(d) == 1 for d in per_shard.values()), per_shard
+    assert c.one(f"SELECT count(*) FROM {table} WHERE d IS NULL") == 0
+    assert c.one(f"SELECT count(DISTINCT d) FROM {table}") == 300
+    # New rows take the default again (the domain's, where it came from one).
+    assert c.one(f"INSERT INTO {table} (k, v) VALUES (1000, 'new') RETURNING d") is not None
 
 
 def test_a_worker_id_given_twice_by_hand_is_refused_before_it_stores_a_row(cluster):
@@ -598,7 +645,7 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
     # A node whose clock is a minute ahead (libfaketime), past max_lead (10 s).
     ahead = node(made, "citus-ahead", faketime=True)
     ahead.set_clock(60)
-    add(c, ahead)
+    add(c, ahead, wait=False)
     try:
         group = ahead.one("SELECT groupid FROM pg_dist_local_group")
         # set_clock returned once every process reads the new offset.

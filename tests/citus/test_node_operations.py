@@ -196,8 +196,7 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
     old = node(made, "nodeops-removed")
     add(c, old)
     group = group_of(c, old)
-    old.wait_for("SELECT worker_id IS NOT NULL OR problem IS NOT NULL FROM snowflake_id.snowflake_status")
-    assert workers_of(c, [old.one("SELECT snowflake_nextval()")]) == {group}
+    assert workers_of(c, [wait_issues(old)]) == {group}
     c.sql("CREATE TABLE regrouped (k int, id bigint DEFAULT snowflake_nextval(), src text, PRIMARY KEY (k, id));"
           "SELECT create_distributed_table('regrouped', 'k')")
     c.sql("SELECT citus_remove_node('localhost', %s)", (old.port,))
@@ -207,8 +206,46 @@ def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(clus
                  " FROM snowflake_id.snowflake_status", what=lambda: f"{status(old)}")
     old.sql("SELECT snowflake_nextval()")
     new = node(made, "nodeops-regrouped")
-    c.sql("SELECT citus_add_node('localhost', %s, groupid => %s)", (new.port, group))
-    new_listed = True
+    # The removed node draws IDs throughout, the new one from the moment it
+    # is added: until the removed one reads that its group was given away,
+    # both could issue under it (issue 51: hundreds of repeats in ~2 s). The
+    # new node waits out its handover instead.
+    drawn = {"old": [], "new": []}
+    refused = {"old": [], "new": []}
+    stop_drawing = threading.Event()
+
+    def draw(s, tag):
+        conn = None
+        while not stop_drawing.is_set():
+            try:
+                conn = conn or s.connect()
+                cur = conn.cursor()
+                cur.execute("SELECT snowflake_nextval()")
+                drawn[tag].append(cur.fetchone()[0])
+            except Exception as e:  # noqa: BLE001 - refusals are the point
+                refused[tag].append((getattr(e, "pgcode", None), str(e)))
+                conn = None
+                Deadline.nap(0.02)
+
+    new_listed = False
+    drawing = [threading.Thread(target=draw, args=(old, "old"))]
+    drawing[0].start()
+    try:
+        wait_until(lambda: drawn["old"], "the removed node issued nothing")
+        c.sql("SELECT citus_add_node('localhost', %s, groupid => %s)", (new.port, group))
+        new_listed = True
+        drawing.append(threading.Thread(target=draw, args=(new, "new")))
+        drawing[1].start()
+        wait_until(lambda: len(drawn["new"]) >= 200,
+                   lambda: f"the new node issued fewer than 200 IDs: {refused['new'][-3:]}", interval=0.2)
+    finally:
+        stop_drawing.set()
+        for t in drawing:
+            t.join()
+    assert not set(drawn["old"]) & set(drawn["new"]), "an ID was issued by both nodes"
+    assert workers_of(c, drawn["new"]) == {group}
+    assert any("is new to it" in m for code, m in refused["new"] if code == "55000"), refused["new"][:3]
+    assert all(code == "55000" for code, _ in refused["old"]), refused["old"][:3]
     try:
         # Its group id given again by hand: the removed node stops.
         code, message = wait_refused(old, "gives this node's group")
@@ -293,7 +330,7 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
     restored = False
     try:
         c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
-        add(c, again)
+        add(c, again, wait=False)
         second = group_of(c, again)
         assert second != first
         # Moved, and refused until the other nodes' claims on the new id

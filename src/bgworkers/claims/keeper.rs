@@ -14,7 +14,7 @@ use pgrx::PgLogLevel;
 use snowflake_id_core::claims::{
     self, Claim, Claimant, Finding, Held, Memory, Observer, STALE_AFTER_MS,
 };
-use snowflake_id_core::config::Config;
+use snowflake_id_core::config::{Config, WorkerSource};
 use snowflake_id_core::{Class, Failure};
 
 use super::memory::{read_memory, remembered, save_memory};
@@ -296,11 +296,12 @@ impl Keeper {
         }
         self.report_place();
         let place = self.place.clone().filter(|f| f.class == Class::NotReady);
+        let handover = claimed.and_then(|w| self.handover(w, now));
         let moving = self.moving(shm);
         self.publish(
             shm,
             &findings,
-            place.or(moving).or_else(|| self.place.clone()),
+            place.or(moving).or(handover).or_else(|| self.place.clone()),
             now,
         );
         // Judged once: where the first ID waited for this (on Citus), the
@@ -385,6 +386,24 @@ impl Keeper {
                 STALE_AFTER_MS / 1000
             );
         }
+    }
+
+    /// On a Citus worker, the refusal of a group id new to this data
+    /// directory while its handover lasts (see `claims::HANDOVER_MS`): a
+    /// node that held it before may still issue under it.
+    fn handover(&mut self, worker: u32, now: i64) -> Option<Failure> {
+        let Ok(WorkerSource::CitusGroup { offset }) = settings::config().map(|c| c.worker) else {
+            return None;
+        };
+        let group = i64::from(worker) - i64::from(offset);
+        if group == 0 {
+            return None; // the coordinator's, which Citus gives no other node
+        }
+        let (since, noted) = self.memory.holding_since(xlog::origin().0, worker, now);
+        if noted {
+            save_memory(&self.memory);
+        }
+        claims::handover(worker, group, since, now)
     }
 
     /// A refresh that could not write this server's claim: a move waiting
