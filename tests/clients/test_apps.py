@@ -1,7 +1,7 @@
 """The recipes of docs/applications.md, run as an application would run them.
 
 Each recipe in tests/clients/apps (JavaScript: node-postgres, postgres.js, Drizzle
-ORM, drizzle-kit, Knex, Kysely, Prisma; Ruby: ActiveRecord; Java: JDBC; Go: pgx and database/sql; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
+ORM, drizzle-kit, Knex, Kysely, Prisma, TypeORM; Ruby: ActiveRecord; Java: JDBC; Go: pgx and database/sql; Python: Django, SQLAlchemy, Alembic, psycopg, asyncpg)
 checks its own results (uuid keys and opaque IDs in uuid_and_opaque.py) and exits non-zero on any wrong ID. Here each runs
 against a real server, with the libraries pinned in tests/clients/apps/node's lock
 file and tests/drivers/requirements.txt, as `app`: a role that is no
@@ -29,7 +29,7 @@ APPS = os.path.join(REPO, "tests", "clients", "apps")
 GUIDE = os.path.join(REPO, "docs", "applications.md")
 
 NODE_RECIPES = ["pg-strings.mjs", "pg-bigint.mjs", "postgres-js.mjs", "drizzle.mjs", "drizzle-kit-push.mjs",
-                "drizzle-kit-pull.mjs", "more-libraries.mjs", "prisma.mjs"]
+                "drizzle-kit-pull.mjs", "drizzle-kit-migrate.mjs", "more-libraries.mjs", "prisma.mjs", "typeorm.mjs"]
 PYTHON_RECIPES = [
     # (directory under tests/clients/apps/python, arguments after the venv's python)
     ("django_app", ["manage.py", "test", "--noinput"]),

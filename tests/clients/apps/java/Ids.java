@@ -30,6 +30,7 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
+import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -126,6 +127,36 @@ public class Ids {
                 }
             }
             System.out.println("RETURN_GENERATED_KEYS: the whole row, its first column not the key (name the column)");
+
+            // An ID that arrives as text (a URL's path, a form): bound as a
+            // string it is varchar, which bigint does not compare with.
+            String fromUrl = Long.toString(id);
+            try (PreparedStatement ps = c.prepareStatement("SELECT name FROM items WHERE id = ?")) {
+                ps.setString(1, fromUrl);
+                ps.executeQuery();
+                check(false, "setString of an ID was accepted");
+            } catch (SQLException e) {
+                check("42883".equals(e.getSQLState()), "setString of an ID failed with " + e.getSQLState() + ", not 42883");
+            }
+            // #region guide:jdbc-text
+            // An ID from a URL: parse it into a long (a NumberFormatException
+            // is a bad request), and bind it as one.
+            try (PreparedStatement ps = c.prepareStatement("SELECT name FROM items WHERE id = ?")) {
+                ps.setLong(1, Long.parseLong(fromUrl));
+                try (ResultSet r = ps.executeQuery()) {
+                    check(r.next() && "first".equals(r.getString(1)), "the row of an ID from a URL was not found");
+                }
+            }
+            // #endregion
+            // An int cannot hold an ID: getInt refuses it (not a silent wrap).
+            try (Statement s = c.createStatement(); ResultSet r = s.executeQuery("SELECT " + id)) {
+                r.next();
+                r.getInt(1);
+                check(!(id > Integer.MAX_VALUE), "getInt read an ID past an int");
+            } catch (SQLException e) {
+                check("22003".equals(e.getSQLState()), "getInt of an ID failed with " + e.getSQLState() + ", not 22003");
+            }
+            System.out.println("text IDs: setString refused (42883), Long.parseLong and setLong find the row; getInt refused (22003)");
 
             // #region guide:jdbc-json
             ObjectMapper json = new ObjectMapper();

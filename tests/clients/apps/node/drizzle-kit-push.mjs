@@ -11,7 +11,7 @@
 //     data-loss prompt), DROP VIEW and DROP SEQUENCE do not. (On
 //     PostgreSQL 15+ the database owner owns "public", and a schema's owner
 //     may drop what is in it, whoever owns it.) So the extension keeps only
-//     functions in "public"; its table and view are in schema "snowflake_id".
+//     functions in "public"; its tables and view are in schema "snowflake_id".
 //   - `push` flags: --verbose prints the statements, --strict asks before
 //     any statement, --force approves data-loss statements without asking.
 //     Neither --strict nor --force is used here: statements without data loss

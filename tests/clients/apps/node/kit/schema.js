@@ -1,6 +1,6 @@
 // The schema drizzle-kit push applies (kit/drizzle.config.js): two tables
 // whose keys are snowflake IDs. Only tables are declared: the extension's
-// objects (functions in public; its table and view in schema snowflake_id)
+// objects (functions in public; its tables and view in schema snowflake_id)
 // are not the application's and appear nowhere here.
 
 // #region guide:kit-schema

@@ -5,7 +5,7 @@ Nothing here is about the extension: with Alembic's default
 include_schemas=False, autogenerate reflects only the connection's default
 schema (alembic/autogenerate/compare/schema.py, _produce_net_changes(), Alembic
 1.20.1: schemas = {None}, i.e. current_schema()), and the extension keeps its
-table snowflake_claims and view snowflake_status in its own schema
+tables snowflake_claims and snowflake_floors and its view snowflake_status in its own schema
 snowflake_id; its functions in public are not compared at all. So
 `alembic revision --autogenerate` proposes nothing about them. (A search_path
 that puts snowflake_id first would make it the default schema: don't.)
@@ -33,7 +33,7 @@ x = context.get_x_argument(as_dictionary=True)
 
 def include_name(name, type_, parent_names):
     # Only consulted with include_schemas=True: leave the extension's schema
-    # out of the comparison, or autogenerate proposes dropping its table.
+    # out of the comparison, or autogenerate proposes dropping its tables.
     if type_ == "schema":
         return name != "snowflake_id"
     return True
