@@ -342,6 +342,17 @@ AS 'MODULE_PATHNAME', 'snowflake_uuidv7_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/admin.rs:75
+-- snowflake_id::api::admin::snowflake_vouch_backfill_worker_id
+CREATE  FUNCTION "snowflake_vouch_backfill_worker_id"(
+	"worker_id" INT /* i32 */
+) RETURNS TEXT /* String */
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'snowflake_vouch_backfill_worker_id_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/claims.rs:26
 -- snowflake_id::api::claims::snowflake_claims_guard
 CREATE FUNCTION "snowflake_claims_guard"()
@@ -402,6 +413,10 @@ CREATE TABLE snowflake_id.snowflake_claims (
     name text NOT NULL,
     claimed_at timestamptz NOT NULL,
     last_seen timestamptz NOT NULL,
+    -- A backfill worker id's claim (snowflake_nextval_at): it makes the
+    -- claiming server refuse its backfills on a collision, and never
+    -- anyone's live IDs.
+    backfill boolean NOT NULL DEFAULT false,
     PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 
@@ -423,7 +438,7 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_claims_guard() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:182
+-- src/api/status.rs:184
 -- requires:
 --   snowflake_claims
 
@@ -470,7 +485,46 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/status.rs:189
+-- src/api/admin.rs:99
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_vouch_backfill_worker_id
+--   snowflake_status
+--   convert::snowflake_convert
+--   backfill::snowflake_nextval_at
+--   backfill::snowflake_nextval_at_array
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_vouch_backfill_worker_id(integer) FROM PUBLIC;
+
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/status.rs:191
 -- requires:
 --   snowflake_status
 
@@ -631,9 +685,9 @@ BEGIN
                 NULL;
             ELSIF j->>'problem' IS NOT NULL THEN
                 problems := problems || (j->>'problem');
-            ELSIF worker_id IS NULL THEN
-                problems := problems || 'no worker id: INSERT ... SELECT that Citus runs there fails'::text;
             END IF;
+            -- No worker id and no problem: not settled since its start, which
+            -- its first ID does (waiting for it, INSERT ... SELECT included).
             IF noderole = 'secondary' AND NOT in_recovery THEN
                 problems := problems ||
                     'a secondary out of recovery: promoted beside its group''s primary, it shares the primary''s group id'::text;
@@ -645,8 +699,8 @@ BEGIN
             END IF;
             IF issues AND worker_id_source LIKE 'Citus group id%' AND worker_id <> groupid + offset_n THEN
                 problems := problems || pg_catalog.format(
-                    'it issues IDs under worker id %s, but its group id is now %s: it moves to the new group within 2 s of reading it',
-                    worker_id, groupid);
+                    'it issues IDs under worker id %s, but its group id here is %s: it moves to the new group within 2 s of its own metadata having it (if it does not, Citus has not synced the node''s metadata: SELECT citus_activate_node(%L, %s) on the coordinator)',
+                    worker_id, groupid, nodename, nodeport);
             END IF;
             IF NOT COALESCE(in_recovery, false)
                AND (layout IS DISTINCT FROM here.layout OR epoch IS DISTINCT FROM here.epoch) THEN
@@ -693,44 +747,7 @@ GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:86
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_status
---   convert::snowflake_convert
---   backfill::snowflake_nextval_at
---   backfill::snowflake_nextval_at_array
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-
--- IDs for past times: for the roles an operator grants them to. Each lease
--- costs a durable write and a row in the database's record, and numbers at
--- a past time, once handed out, are gone for good: a role that may call
--- them at will could use up what an import needs.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/admin.rs:72
+-- src/api/admin.rs:85
 -- snowflake_id::api::admin::snowflake_floors_written
 CREATE FUNCTION "snowflake_floors_written"()
 	RETURNS TRIGGER
@@ -739,7 +756,7 @@ CREATE FUNCTION "snowflake_floors_written"()
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:80
+-- src/api/admin.rs:93
 -- requires:
 --   snowflake_claims
 --   snowflake_floors_written

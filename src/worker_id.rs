@@ -109,6 +109,10 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             if let Some(w) = in_force(shm) {
                 return Ok(w);
             }
+            // A refusal the worker published (a promoted copy's, a group
+            // moved, a claim that collides) answers the call now: waiting
+            // out the deadline would only delay the same error.
+            mark::may_issue(shm)?;
             clock::sleep_on_latch(10);
             pgrx::check_for_interrupts!();
         }

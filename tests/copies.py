@@ -162,6 +162,16 @@ def check_copy(s, original, dbname="postgres", what="the copy"):
     # The same history backfilled again here: the copy's record of floors
     # carried the original's leases, and its floor raised this server's.
     if "history" in original and s.one("SELECT count(*) FROM hist WHERE n = 0", dbname=dbname):
+        # The original's live worker ids are not known here: backfills below
+        # its IDs wait for an operator's word on the backfill worker id.
+        if s.one("SHOW snowflake_id.backfill_worker_id") != str(BACKFILL_WORKER_ID):
+            s.sql(f"ALTER SYSTEM SET snowflake_id.backfill_worker_id = {BACKFILL_WORKER_ID}")
+            s.reload_and_wait()
+        code, message, hint = s.error("SELECT snowflake_nextval_at('2025-02-01')", dbname=dbname)
+        assert code == "55000" and "arrived here" in message, (what, code, message)
+        vouch = f"SELECT snowflake_vouch_backfill_worker_id({BACKFILL_WORKER_ID});"
+        assert vouch in hint, hint
+        assert "may take times before" in s.one(vouch)
         again = backfill_history(s, dbname, AFTER)
         assert len(again) == len(original["history"])
         repeated = again & original["history"]

@@ -43,6 +43,9 @@ pub struct Claim {
     pub name: String,
     pub claimed_at_ms: UnixMs,
     pub last_seen_ms: UnixMs,
+    /// A claim on a backfill worker id: a collision with it refuses the
+    /// claiming server's backfills, and nobody's live IDs.
+    pub backfill: bool,
 }
 
 /// The most of a server's name a report shows: names come from other
@@ -78,6 +81,8 @@ pub struct Row {
     /// for the timestamps `infinity` and `-infinity`.
     pub claimed_at_s: Option<f64>,
     pub last_seen_s: Option<f64>,
+    /// NULL (a row from a version before the column) is a live claim.
+    pub backfill: Option<bool>,
 }
 
 /// Instants further than this from 1970 (about 3,000 years) are no time a
@@ -125,6 +130,7 @@ impl Row {
             name,
             claimed_at_ms: ms("claimed_at", self.claimed_at_s)?,
             last_seen_ms: ms("last_seen", self.last_seen_s)?,
+            backfill: self.backfill.unwrap_or(false),
         })
     }
 
@@ -274,6 +280,10 @@ pub struct Observer {
     /// table emptied here, a row deleted) counts until it goes stale, as if
     /// it had stopped changing; deleting a row is not how a claim ends.
     last: HashMap<Claimant, Claim>,
+    /// The claims whose `last_seen` this server has seen change: a claim
+    /// that only ever showed one `last_seen` may be a copy of a row (a
+    /// clone's table serves its origin's) or a start that has ended.
+    seen_changing: std::collections::HashSet<Claimant>,
 }
 
 /// How long a claim whose row is gone is remembered after it went stale.
@@ -303,6 +313,7 @@ impl Observer {
             let changed = if entry.0 == UnixMs::MIN {
                 entry.1
             } else {
+                self.seen_changing.insert(claim.who.clone());
                 now_ms
             };
             *entry = (claim.last_seen_ms, changed);
@@ -320,6 +331,7 @@ impl Observer {
             if gone {
                 self.changed_at.remove(&c.who);
                 self.last.remove(&c.who);
+                self.seen_changing.remove(&c.who);
             }
         }
     }
@@ -335,8 +347,23 @@ impl Observer {
             // Earlier than any claim: the one this server refused on.
             claimed_at_ms: UnixMs::MIN / 2,
             last_seen_ms: UnixMs::MIN,
+            backfill: false,
         };
         self.last.insert(who, claim);
+    }
+
+    /// Whether two claims of one system and timeline are one data
+    /// directory's starts in turn rather than two copies running at once:
+    /// one of them is gone from the rows (the next start deleted its
+    /// predecessor's), or has never been seen to change here (a frozen copy
+    /// of it, such as a promoted clone's table serves). Two copies running
+    /// at once both refresh their rows: seen changing, both reported.
+    fn one_data_directory_in_turn(&self, c: &Claim, d: &Claim, absent: &[Claim]) -> bool {
+        let same =
+            (c.who.system_identifier, c.who.timeline) == (d.who.system_identifier, d.who.timeline);
+        same && [c, d]
+            .iter()
+            .any(|x| absent.iter().any(|a| a.who == x.who) || !self.seen_changing.contains(&x.who))
     }
 
     /// Judges every claim this server holds, `me` being its own claim.
@@ -372,6 +399,11 @@ impl Observer {
             .collect();
         let mut findings = Vec::new();
         for (i, c) in live.iter().enumerate() {
+            // Another server's backfill claim on this live worker id refuses
+            // that server's backfills, there: nothing to do or say here.
+            if c.backfill && !me.backfill {
+                continue;
+            }
             if c.who.worker_id == me.who.worker_id {
                 findings.push(if std::ptr::eq(must_stop(me, c), me) {
                     Finding::Refuse((*c).clone())
@@ -381,7 +413,10 @@ impl Observer {
                 continue;
             }
             for d in &live[i + 1..] {
-                if d.who.worker_id == c.who.worker_id {
+                if d.who.worker_id == c.who.worker_id
+                    && !d.backfill
+                    && !self.one_data_directory_in_turn(c, d, &absent)
+                {
                     findings.push(Finding::Between((*c).clone(), (*d).clone()));
                 }
             }
@@ -623,6 +658,7 @@ mod tests {
             name: format!("db{sysid}-{timeline}"),
             claimed_at_ms,
             last_seen_ms,
+            backfill: false,
         }
     }
 
@@ -635,6 +671,7 @@ mod tests {
             name: Some("db7".into()),
             claimed_at_s: Some(claimed_at_s),
             last_seen_s: Some(last_seen_s),
+            backfill: None,
         }
     }
 
@@ -1112,5 +1149,92 @@ mod tests {
             .failure(T0)
             .message
             .starts_with("worker id 5 is claimed by two live servers"));
+    }
+
+    #[test]
+    fn a_restart_or_a_frozen_copy_of_its_row_is_no_pair_of_live_servers_but_two_copies_running_are()
+    {
+        let me = claim(3, 1, 7, T0, T0);
+        let instance = |c: &Claim, i: u64| Claim {
+            who: Claimant {
+                instance: i,
+                ..c.who.clone()
+            },
+            ..c.clone()
+        };
+        let before = instance(&claim(1, 1, 5, T0, T0), 1);
+        let after = instance(&claim(1, 1, 5, T0, T0 + 1_000), 2);
+        let mut obs = Observer::default();
+        assert_eq!(obs.judge(&me, &[before.clone()], T0), vec![]);
+        let moved = |c: &Claim, at: UnixMs| Claim {
+            last_seen_ms: at,
+            ..c.clone()
+        };
+        assert_eq!(
+            obs.judge(&me, &[moved(&before, T0 + 2_000)], T0 + 2_000),
+            vec![]
+        );
+        // Restarted: the new start deleted its predecessor's row; the old
+        // claim, remembered until stale, is no second live server.
+        for t in [3_000, 5_000, 7_000] {
+            assert_eq!(obs.judge(&me, &[moved(&after, T0 + t)], T0 + t), vec![]);
+        }
+        // A frozen copy of the old row beside the new (a promoted clone's
+        // table serves it): never seen changing, no pair either.
+        let mut obs = Observer::default();
+        for t in [0, 2_000, 4_000] {
+            let rows = [before.clone(), moved(&after, T0 + t)];
+            assert_eq!(obs.judge(&me, &rows, T0 + t), vec![]);
+        }
+        // Two copies of one data directory running at once, both
+        // refreshing: reported once each has been seen to change.
+        let mut obs = Observer::default();
+        assert_eq!(obs.judge(&me, &[before.clone(), after.clone()], T0), vec![]);
+        let f = obs.judge(
+            &me,
+            &[moved(&before, T0 + 2_000), moved(&after, T0 + 2_000)],
+            T0 + 2_000,
+        );
+        assert!(matches!(f.as_slice(), [Finding::Between(..)]), "{f:?}");
+    }
+
+    #[test]
+    fn a_backfill_claim_on_a_live_worker_id_refuses_nothing_live_and_its_own_server_judges_it() {
+        let me = claim(3, 1, 5, T0 + 1_000, T0);
+        let their_backfill = Claim {
+            backfill: true,
+            ..claim(1, 1, 5, T0, T0)
+        };
+        // Claimed earlier, yet no refusal of this live server, no warning.
+        let mut obs = Observer::default();
+        assert_eq!(
+            obs.judge(&me, std::slice::from_ref(&their_backfill), T0),
+            vec![]
+        );
+        // Nor a pair between a live claim and a backfill one.
+        let onlooker = claim(9, 1, 99, T0, T0);
+        let live = claim(3, 1, 5, T0, T0);
+        assert_eq!(
+            Observer::default().judge(&onlooker, &[live.clone(), their_backfill.clone()], T0),
+            vec![]
+        );
+        // The backfilling server's own judging (its backfill claim as `me`)
+        // still meets the live claim on that id, and another's backfill one.
+        let mine = Claim {
+            backfill: true,
+            ..claim(1, 1, 5, T0, T0)
+        };
+        let f = Observer::default().judge(&mine, std::slice::from_ref(&live), T0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        let other_backfill = Claim {
+            backfill: true,
+            ..claim(4, 1, 5, T0, T0)
+        };
+        assert_eq!(
+            Observer::default()
+                .judge(&mine, &[other_backfill], T0)
+                .len(),
+            1
+        );
     }
 }

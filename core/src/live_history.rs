@@ -24,8 +24,11 @@ use crate::{Class, Failure};
 
 /// How many past live worker ids a record holds one by one.
 pub const PAST_CAP: usize = 8;
+/// How many worker ids an operator can vouch for at once (see
+/// [`LiveHistory::vouch`]).
+pub const VOUCH_CAP: usize = 4;
 /// Bytes before the past worker ids; the count is the last of them.
-pub const HEAD: usize = 4 + 8 + 8 + 1;
+pub const HEAD: usize = 4 + 8 + 8 + 8 + 1 + 4 * VOUCH_CAP + 1;
 const PAST_BYTES: usize = 4 + 8 + 8;
 /// The most bytes [`LiveHistory::encode`] writes.
 pub const MAX_ENCODED: usize = HEAD + PAST_CAP * PAST_BYTES;
@@ -47,6 +50,13 @@ pub struct LiveHistory {
     pub current_since: u64,
     /// No backfill at a tick below this, under any worker id (0: none).
     pub backfill_from: u64,
+    /// Ticks below this may hold IDs of servers whose data arrived here (a
+    /// `pg_upgrade`, a restored dump, a logical copy, IDs an operator resumed
+    /// above): their live worker ids are not known, so no backfill goes
+    /// there under a worker id an operator has not vouched for (0: none).
+    pub copied_below: u64,
+    vouched_len: u8,
+    vouched: [u32; VOUCH_CAP],
     len: u8,
     past: [Past; PAST_CAP],
 }
@@ -57,6 +67,9 @@ impl Default for LiveHistory {
             current: WORKER_UNKNOWN,
             current_since: 0,
             backfill_from: 0,
+            copied_below: 0,
+            vouched_len: 0,
+            vouched: [0; VOUCH_CAP],
             len: 0,
             past: [Past::default(); PAST_CAP],
         }
@@ -71,6 +84,9 @@ pub enum Conflict {
     /// Ticks below this may hold IDs of other settings (or of worker ids
     /// too many to keep one by one).
     Below(u64),
+    /// Ticks below this may hold copied IDs of servers whose worker ids are
+    /// not known here, and no operator vouched for this one.
+    Copied(u64),
 }
 
 impl Conflict {
@@ -94,6 +110,19 @@ impl Conflict {
                     "Set snowflake_id.backfill_worker_id to a worker id no server ever issued live IDs under (live here before: {}; now: {}) and reload, or give these rows times before {from} or after {to}.",
                     live.join(", "),
                     h.current
+                ))
+            }
+            Conflict::Copied(below) => {
+                let below = format_instant(layout.tick_start_ms(below));
+                Failure::new(
+                    Class::NotReady,
+                    format!(
+                        "snowflake_nextval_at cannot give an ID at {at} under worker id {worker}: data of another server with IDs up to {below} arrived here, and which worker ids that server issued live IDs under is not known"
+                    ),
+                )
+                .detail("A pg_upgrade, a restored dump, a logical copy or snowflake_resume_above() brought IDs this server did not issue; a backfilled ID at their times under one of their servers' live worker ids could equal one of them.")
+                .hint(format!(
+                    "If worker id {worker} never issued live IDs on any server whose data this one holds, say so as a superuser: SELECT snowflake_vouch_backfill_worker_id({worker}); otherwise set snowflake_id.backfill_worker_id to one that never did, or give these rows times from {below} on."
                 ))
             }
             Conflict::Below(from) => {
@@ -133,6 +162,39 @@ impl LiveHistory {
             current_since: from,
             ..LiveHistory::default()
         }
+    }
+
+    /// The worker ids an operator vouched for since the last copy arrived.
+    pub fn vouched(&self) -> &[u32] {
+        &self.vouched[..usize::from(self.vouched_len)]
+    }
+
+    /// The history once data of other servers with IDs below `below` (a
+    /// tick) arrived: a vouch given before covered other data, and is void.
+    pub fn with_copied_below(&self, below: u64) -> LiveHistory {
+        let mut next = *self;
+        if below > self.copied_below {
+            next.copied_below = below;
+            next.vouched_len = 0;
+        }
+        next
+    }
+
+    /// The history once an operator vouched that `worker` never issued
+    /// live IDs on any server whose data this one holds; the oldest vouch
+    /// makes room when the list is full.
+    pub fn vouch(&self, worker: u32) -> LiveHistory {
+        let mut next = *self;
+        if next.vouched().contains(&worker) {
+            return next;
+        }
+        if usize::from(next.vouched_len) == VOUCH_CAP {
+            next.vouched.copy_within(1.., 0);
+            next.vouched_len -= 1;
+        }
+        next.vouched[usize::from(next.vouched_len)] = worker;
+        next.vouched_len += 1;
+        next
     }
 
     pub fn past(&self) -> &[Past] {
@@ -192,14 +254,22 @@ impl LiveHistory {
         if tick < self.backfill_from {
             return Some(Conflict::Below(self.backfill_from));
         }
-        self.past()
+        if let Some(p) = self
+            .past()
             .iter()
             .find(|p| p.worker == worker && p.since <= tick && tick <= p.until)
-            .map(|p| Conflict::WasLive(*p))
+        {
+            // Live here: no vouch lifts that.
+            return Some(Conflict::WasLive(*p));
+        }
+        if tick < self.copied_below && !self.vouched().contains(&worker) {
+            return Some(Conflict::Copied(self.copied_below));
+        }
+        None
     }
 
     /// Bytes [`LiveHistory::encode`] writes: only the past worker ids
-    /// there are, so that the usual mark (none) costs WAL 21 bytes more.
+    /// there are, so that the usual mark (none) costs WAL 46 bytes more.
     pub fn encoded_len(&self) -> usize {
         HEAD + usize::from(self.len) * PAST_BYTES
     }
@@ -214,6 +284,11 @@ impl LiveHistory {
         b.extend_from_slice(&self.current.to_le_bytes());
         b.extend_from_slice(&self.current_since.to_le_bytes());
         b.extend_from_slice(&self.backfill_from.to_le_bytes());
+        b.extend_from_slice(&self.copied_below.to_le_bytes());
+        b.push(self.vouched_len);
+        for v in self.vouched {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
         b.push(self.len);
         for p in self.past() {
             b.extend_from_slice(&p.worker.to_le_bytes());
@@ -229,10 +304,17 @@ impl LiveHistory {
         let b = b.get(..Self::len_at(b)?)?;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let vouched_len = b[28];
+        if usize::from(vouched_len) > VOUCH_CAP {
+            return None;
+        }
         let mut h = LiveHistory {
             current: u32_at(0),
             current_since: u64_at(4),
             backfill_from: u64_at(12),
+            copied_below: u64_at(20),
+            vouched_len,
+            vouched: std::array::from_fn(|i| u32_at(29 + 4 * i)),
             len: b[HEAD - 1],
             past: [Past::default(); PAST_CAP],
         };
@@ -377,5 +459,42 @@ mod tests {
         // The first past span's `until` below its `since`.
         bad[HEAD + 12..HEAD + 20].copy_from_slice(&50u64.to_le_bytes());
         assert_eq!(LiveHistory::decode(&bad), None);
+    }
+
+    #[test]
+    fn copied_ids_refuse_every_worker_id_below_them_until_one_is_vouched_for() {
+        let h = LiveHistory::default()
+            .with_live(1, 0, 100)
+            .with_live(2, 500, 501)
+            .with_copied_below(9_000);
+        assert_eq!(h.conflict(7, 8_999), Some(Conflict::Copied(9_000)));
+        assert_eq!(h.conflict(7, 9_000), None);
+        let vouched = h.vouch(7);
+        assert_eq!(vouched.conflict(7, 50), None);
+        assert_eq!(vouched.conflict(8, 50), Some(Conflict::Copied(9_000)));
+        // A worker id live here stays refused at its times, vouched or not.
+        assert!(matches!(
+            h.vouch(1).conflict(1, 200),
+            Some(Conflict::WasLive(_))
+        ));
+        // More data arriving voids the vouch; a lower copy changes nothing.
+        assert_eq!(vouched.with_copied_below(5_000), vouched);
+        assert_eq!(
+            vouched.with_copied_below(9_500).conflict(7, 50),
+            Some(Conflict::Copied(9_500))
+        );
+        // Room for the newest vouches, the oldest going first.
+        let many = (10..10 + VOUCH_CAP as u32 + 1).fold(h, |h, w| h.vouch(w));
+        assert_eq!(many.vouched().len(), VOUCH_CAP);
+        assert!(!many.vouched().contains(&10) && many.vouched().contains(&14));
+        let mut b = Vec::new();
+        many.encode(&mut b);
+        assert_eq!(LiveHistory::decode(&b), Some(many));
+        let f =
+            Conflict::Copied(9_000).failure(&Layout::by_name("snowflake_id").unwrap(), 7, 50, &h);
+        assert!(f
+            .hint
+            .unwrap()
+            .contains("SELECT snowflake_vouch_backfill_worker_id(7);"));
     }
 }

@@ -197,7 +197,7 @@ pub fn from_citus_group(
             )
             .detail("A secondary shares its primary's group id; promoted beside a running primary, both would issue the same IDs.")
             .hint(format!(
-                "If this node replaces its primary, make it the group's primary on the coordinator first (SELECT citus_update_node(<the primary's nodeid>, '<this host>', <this port>) once the old primary is stopped for good); otherwise stop it. {LATER}."
+                "If this node replaces its primary, on the coordinator, in this order: while the old primary still runs, remove this node's secondary entry (SELECT citus_remove_node('<this host>', <this port>)); stop the old primary for good; then make this node the group's primary (SELECT citus_update_node(<the primary's nodeid>, '<this host>', <this port>)). Otherwise stop this node. {LATER}."
             )));
         }
         None => {}

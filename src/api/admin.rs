@@ -66,6 +66,19 @@ fn snowflake_resume_above_everything() -> String {
         .or_raise()
 }
 
+/// Says, as a superuser, that `worker_id` never issued live IDs on any
+/// server whose data this one holds (a `pg_upgrade`, a restored dump, a
+/// logical copy): backfills under it may take times below the copied IDs
+/// again (see "IDs for past times" in docs/operators.md). Durable (WAL and
+/// state file) until data of another server arrives again. STRICT: no
+/// worker id, nothing vouched for.
+#[pg_extern(volatile, strict, parallel_unsafe)]
+fn snowflake_vouch_backfill_worker_id(worker_id: i32) -> String {
+    let shm = issue::shmem();
+    let cfg = settings::config().or_raise();
+    mark::admin::vouch(shm, cfg, worker_id).or_raise()
+}
+
 /// The record of floors' trigger after each row its guard let in (a
 /// restore's, an operator's, replication's): every database checks again
 /// before its next ID (see `copies`). Only a trigger can call it.
@@ -91,6 +104,7 @@ extension_sql_file!(
         snowflake_resume_above,
         snowflake_resume_above_uuid,
         snowflake_resume_above_everything,
+        snowflake_vouch_backfill_worker_id,
         "snowflake_status",
         convert::snowflake_convert,
         backfill::snowflake_nextval_at,

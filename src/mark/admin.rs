@@ -149,6 +149,10 @@ pub fn floor_above(
     }
     let w = shm.mark.with_lock(|| {
         resume::floor_if_copied(shm, cfg, lim);
+        // IDs of servers whose live worker ids are not known here: no
+        // backfill below them but under a worker id an operator vouches for.
+        shm.mark
+            .set_history(shm.mark.history().with_copied_below(tick + 1));
         shm.gen.raise_floor(tick, lim.sequence_bits);
         let reservation = Reservation::for_layout(layout);
         let mark = reservation.next_mark(&shm.gen, lim, now_tick, tick + 1, shm.mark.tick());
@@ -172,6 +176,57 @@ pub fn floor_above(
             ", {} ahead of the clock, more than the hour IDs continue across (calls wait or fail while that is more than snowflake_id.max_lead)",
             format_duration(ahead as u64)
         ));
+    }
+    Ok(text)
+}
+
+/// Records, durably, a superuser's word that `worker` never issued live
+/// IDs on any server whose data this one holds: backfills under it may go
+/// below the copied IDs again, until more data arrives.
+pub fn vouch(shm: &Shmem, cfg: &Config, worker: i32) -> Result<String, Failure> {
+    require_superuser("snowflake_vouch_backfill_worker_id()")?;
+    let max = cfg.layout.max_worker();
+    let Some(w) = u32::try_from(worker).ok().filter(|w| u64::from(*w) <= max) else {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "worker id {worker} does not fit the worker field of {} (0 to {max})",
+                cfg.layout.title()
+            ),
+        )
+        .hint("Give the worker id snowflake_id.backfill_worker_id is set to."));
+    };
+    let (w, text) = shm.mark.with_lock(|| {
+        let h = shm.mark.history();
+        if h.current == w || shm.worker.get() == Some(w) || cfg.worker.fixed() == Some(w) {
+            return Err(Failure::new(
+                Class::InvalidParameter,
+                format!("worker id {w} is this server's live worker id"),
+            )
+            .detail("Backfills never take the live worker id: its IDs at past times would be live IDs of those times.")
+            .hint("Vouch for the worker id snowflake_id.backfill_worker_id is set to, once it is another."));
+        }
+        if h.copied_below == 0 {
+            return Ok((
+                None,
+                format!("nothing to vouch for: no data of another server arrived here; backfills under worker id {w} are refused only where it was live here"),
+            ));
+        }
+        shm.mark.set_history(h.vouch(w));
+        let written = match shm.mark.tick() {
+            Some(mark) => Some(write(shm, cfg, mark)?),
+            None => None,
+        };
+        Ok((
+            written,
+            format!(
+                "backfills under worker id {w} may take times before {} again (until data of another server arrives here): it never issued live IDs on a server whose data this one holds, as vouched",
+                format_instant(cfg.layout.tick_start_ms(h.copied_below))
+            ),
+        ))
+    })?;
+    if let Some(w) = w {
+        publish(shm, w, ADMIN_STANDBY_WAIT_MS)?;
     }
     Ok(text)
 }

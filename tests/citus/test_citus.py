@@ -585,6 +585,23 @@ def test_the_cluster_view_is_the_same_from_every_node_and_stays_so_once_problems
             break
 
 
+def test_a_worker_restarted_and_not_asked_for_an_id_yet_is_no_problem_in_the_view(cluster):
+    """A worker restarted settles its worker id at its first ID (which waits
+    for it, INSERT ... SELECT included): until then the view has nothing to
+    say of it (issue 51: "no worker id: INSERT ... SELECT that Citus runs
+    there fails", while such an INSERT stored its rows)."""
+    c, w1, _, _ = cluster
+    settled(cluster)
+    w1.stop("immediate")
+    w1.start()
+    rows = cluster_status(c)
+    # Its worker id is not settled yet (the view asked it first): the case
+    # in point (an earlier build said "no worker id" here).
+    assert all("no worker id" not in (row[3] or "") for row in rows.values()), rows
+    assert workers_of(c, [wait_issues(w1)]) == {1}
+    settled(cluster)
+
+
 def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
     c, w1, w2, made = cluster
     settled(cluster)

@@ -24,6 +24,7 @@ What Citus does was read in its source (13.2.2 and 14.0.1):
   `citus_remove_node` is not told.
 """
 
+import re
 import threading
 
 import harness
@@ -75,6 +76,15 @@ def refusal(s, query="SELECT snowflake_nextval()", dbname="postgres"):
         return None
     except Exception as e:  # noqa: BLE001 - the refusal is the point
         return getattr(e, "pgcode", None), str(e)
+
+
+def refusal_hint(s):
+    """The HINT of `s`'s refusal of an ID."""
+    try:
+        s.sql("SELECT snowflake_nextval()")
+    except Exception as e:  # noqa: BLE001 - the refusal is the point
+        return e.diag.message_hint
+    raise AssertionError(f"{s.name} issued an ID")
 
 
 def wait_refused(s, words):
@@ -186,9 +196,25 @@ def test_a_secondary_promoted_beside_its_primary_refuses_and_the_view_says_so(cl
                     what=lambda: f"w2: {status(w2)}")
         row = cluster_view(c)[secondary.port]
         assert "a secondary out of recovery" in row[4] and "promoted out of recovery" in row[4], row
+        # The HINT's way, in its order: the secondary's entry removed while
+        # the old primary runs, the old primary stopped, then its entry moved
+        # to the promoted node, which then issues under the group.
+        hint = refusal_hint(secondary)
+        primary_id = c.one("SELECT nodeid FROM pg_dist_node WHERE nodeport = %s AND noderole = 'primary'", (w2.port,))
+        steps = re.findall(r"SELECT citus_\w+\([^)]*\)", hint)
+        assert [s.split("(")[0] for s in steps] == ["SELECT citus_remove_node", "SELECT citus_update_node"], hint
+        fill = {"<this host>": "localhost", "<this port>": str(secondary.port), "<the primary's nodeid>": str(primary_id)}
+        for placeholder, value in fill.items():
+            steps = [s.replace(placeholder, value) for s in steps]
+        before = [r[0] for r in w2.sql("SELECT snowflake_nextval_batch(100)")]
+        c.sql(steps[0])
+        w2.stop()
+        c.sql(steps[1])
+        replaced = wait_issues(secondary)
+        assert workers_of(c, [replaced]) == {group_of(c, secondary)} and replaced > max(before)
     finally:
-        c.sql("SELECT citus_remove_node('localhost', %s)", (secondary.port,))
-        secondary.stop()
+        if c.one("SELECT count(*) FROM pg_dist_node WHERE nodeport = %s AND noderole = 'secondary'", (secondary.port,)):
+            c.sql("SELECT citus_remove_node('localhost', %s)", (secondary.port,))
 
 
 def test_a_group_id_given_again_by_hand_stops_the_removed_node_that_held_it(cluster):

@@ -132,7 +132,9 @@ def test_a_backfill_worker_id_is_claimed_and_checked_as_live_ones_are():
     """Backfill worker ids (snowflake_nextval_at) are claimed beside the
     live ones: two servers with one backfill worker id refuse backfills
     (their live IDs go on), and a server whose live worker id is another's
-    backfill worker id is found as a live collision is."""
+    backfill worker id makes that server refuse its backfills, and goes on
+    itself, with nothing to say (issue 51: it was refused, or warned that
+    both issue the same IDs)."""
     with servers() as made:
         a = writer(made, "claims-bf-a", 5, conf={"snowflake_id.backfill_worker_id": 1000})
         wait_claims(a, 2, "a did not claim its worker id and its backfill worker id")
@@ -160,10 +162,15 @@ def test_a_backfill_worker_id_is_claimed_and_checked_as_live_ones_are():
         b.stop()
         b.set_conf(**{"snowflake_id.worker_id": 1000})
         b.start()
-        wait_problem(b, 'worker id 1000 is also claimed by the live server "claims-bf-a"')
-        code, _, _ = b.error("SELECT snowflake_nextval()")
-        assert code == "55000"
         wait_problem(a, 'the backfill worker id 1000 is also claimed by the live server "claims-bf-b"')
+        code, message, _ = a.error("SELECT snowflake_nextval_at('2025-02-01')")
+        assert code == "55000" and "backfills are refused" in message, message
+        assert a.one("SELECT snowflake_nextval()") > 0
+        # b has judged a's claims (it lists them) and says nothing of them.
+        wait_refreshes(b)
+        assert problem(b) is None, problem(b)
+        assert (b.one("SELECT (snowflake_decode(snowflake_nextval())).worker_id")) == 1000
+        assert "both issue the same IDs" not in b.log_text()
 
 
 def test_repeats_while_the_claims_have_not_met_yet_are_counted():

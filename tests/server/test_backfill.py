@@ -528,3 +528,33 @@ def test_a_backfill_below_the_ids_of_adopted_settings_is_refused():
         # Above every old ID, whatever its worker: free.
         later = s.one("SELECT snowflake_nextval_at(now() - interval '1 day')")
         assert later > s.one("SELECT max(id) FROM old")
+
+
+def test_vouching_for_a_backfill_worker_id_is_a_superusers_word_about_copied_data():
+    with server("bf-vouch", conf=BACKFILL) as s:
+        assert s.one("SELECT snowflake_vouch_backfill_worker_id(1023)").startswith("nothing to vouch for")
+        s.sql("CREATE ROLE app LOGIN")
+        s.sql("GRANT EXECUTE ON FUNCTION snowflake_vouch_backfill_worker_id(integer) TO app")
+        for sql, code_wanted, words in (
+            ("SELECT snowflake_vouch_backfill_worker_id(1)", "22023", "this server's live worker id"),
+            ("SELECT snowflake_vouch_backfill_worker_id(1024)", "22023", "does not fit the worker field"),
+        ):
+            code, msg, hint = s.error(sql)
+            assert code == code_wanted and words in msg, (sql, code, msg)
+            assert hint, sql
+        code, msg, _ = s.error("SELECT snowflake_vouch_backfill_worker_id(1023)", user="app")
+        assert code == "42501", (code, msg)
+        # IDs of another server resumed above: backfills below them wait for
+        # the word, which a restart keeps, and which the next copy voids.
+        s.one("SELECT snowflake_nextval()")
+        far = s.one("SELECT snowflake_nextval_at(now() - interval '1 hour')")
+        s.sql(f"SELECT snowflake_resume_above({far} + (1::bigint << 22) * 1000)")
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(now() - interval '1 hour')")
+        assert code == "55000" and "arrived here" in msg, msg
+        assert "SELECT snowflake_vouch_backfill_worker_id(1023);" in hint, hint
+        assert "may take times before" in s.one("SELECT snowflake_vouch_backfill_worker_id(1023)")
+        s.restart()
+        assert s.one("SELECT snowflake_nextval_at(now() - interval '1 hour')") is not None
+        s.sql("SELECT snowflake_resume_above(snowflake_nextval() + (1::bigint << 22) * 2000)")
+        code, msg, _ = s.error("SELECT snowflake_nextval_at(now() - interval '1 hour')")
+        assert code == "55000" and "arrived here" in msg, msg

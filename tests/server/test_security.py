@@ -386,7 +386,7 @@ def test_a_role_that_may_write_any_table_cannot_forge_or_remove_a_claim():
                 assert code == "42501", (role, statement, code, message)
         with contextlib.closing(srv.connect(user="writer")) as conn, conn.cursor() as cur:
             with pytest.raises(psycopg2.errors.InsufficientPrivilege):
-                cur.copy_expert("COPY snowflake_id.snowflake_claims FROM STDIN",
+                cur.copy_expert("COPY snowflake_id.snowflake_claims (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) FROM STDIN",
                                 io.StringIO("1\t42\t1\t7\tforged\t2020-01-01\t2030-01-01\n"))
         code, message, hint = srv.error(forged, user="writer")
         assert message == "snowflake_id.snowflake_claims is written only by the claims worker and by replication", message

@@ -45,6 +45,10 @@ CREATE TABLE snowflake_id.snowflake_claims (
     name text NOT NULL,
     claimed_at timestamptz NOT NULL,
     last_seen timestamptz NOT NULL,
+    -- A backfill worker id's claim (snowflake_nextval_at): it makes the
+    -- claiming server refuse its backfills on a collision, and never
+    -- anyone's live IDs.
+    backfill boolean NOT NULL DEFAULT false,
     PRIMARY KEY (system_identifier, timeline, instance, worker_id)
 );
 

@@ -155,9 +155,9 @@ BEGIN
                 NULL;
             ELSIF j->>'problem' IS NOT NULL THEN
                 problems := problems || (j->>'problem');
-            ELSIF worker_id IS NULL THEN
-                problems := problems || 'no worker id: INSERT ... SELECT that Citus runs there fails'::text;
             END IF;
+            -- No worker id and no problem: not settled since its start, which
+            -- its first ID does (waiting for it, INSERT ... SELECT included).
             IF noderole = 'secondary' AND NOT in_recovery THEN
                 problems := problems ||
                     'a secondary out of recovery: promoted beside its group''s primary, it shares the primary''s group id'::text;
@@ -169,8 +169,8 @@ BEGIN
             END IF;
             IF issues AND worker_id_source LIKE 'Citus group id%' AND worker_id <> groupid + offset_n THEN
                 problems := problems || pg_catalog.format(
-                    'it issues IDs under worker id %s, but its group id is now %s: it moves to the new group within 2 s of reading it',
-                    worker_id, groupid);
+                    'it issues IDs under worker id %s, but its group id here is %s: it moves to the new group within 2 s of its own metadata having it (if it does not, Citus has not synced the node''s metadata: SELECT citus_activate_node(%L, %s) on the coordinator)',
+                    worker_id, groupid, nodename, nodeport);
             END IF;
             IF NOT COALESCE(in_recovery, false)
                AND (layout IS DISTINCT FROM here.layout OR epoch IS DISTINCT FROM here.epoch) THEN

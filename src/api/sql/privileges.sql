@@ -6,6 +6,7 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_vouch_backfill_worker_id(integer) FROM PUBLIC;
 
 -- IDs for past times: for the roles an operator grants them to. Each lease
 -- costs a durable write and a row in the database's record, and numbers at

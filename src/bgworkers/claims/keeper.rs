@@ -267,6 +267,7 @@ impl Keeper {
             name: String::new(),
             claimed_at_ms: now,
             last_seen_ms: now,
+            backfill: false,
         };
         let mine = read
             .claims
@@ -329,6 +330,7 @@ impl Keeper {
                 name: String::new(),
                 claimed_at_ms: now,
                 last_seen_ms: now,
+                backfill: true,
             };
             let mine = claims.iter().find(|c| c.who == me.who).unwrap_or(&me);
             self.observer

@@ -107,13 +107,14 @@ pub(super) fn write_and_read(
                 name,
                 None,
                 None,
+                true,
             );
         }
         let keep: Vec<i32> = std::iter::once(who.worker_id)
             .chain(backfill)
             .map(|w| w as i32)
             .collect();
-        Some(claim(&table, who, name, claimed_at, Some(&keep)))
+        Some(claim(&table, who, name, claimed_at, Some(&keep), false))
     } else {
         None
     };
@@ -133,6 +134,7 @@ fn claim(
     name: &str,
     claimed_at: Option<i64>,
     keep: Option<&[i32]>,
+    backfill: bool,
 ) -> i64 {
     let (worker, sysid, tli, instance) = (
         who.worker_id as i32,
@@ -163,17 +165,17 @@ fn claim(
         // not become the later claimant against a server that collided
         // with it), else now.
         &format!(
-            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen) \
+            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen, backfill) \
              VALUES ($1, $2, $3, $4, $5, \
                      COALESCE(pg_catalog.to_timestamp($6), pg_catalog.to_timestamp($7), \
                               (SELECT pg_catalog.min(c.claimed_at) FROM {table} c \
                                WHERE c.system_identifier OPERATOR(pg_catalog.=) $2 AND c.timeline OPERATOR(pg_catalog.<) $3 \
                                  AND c.worker_id OPERATOR(pg_catalog.=) $1 AND pg_catalog.isfinite(c.claimed_at)), \
                               pg_catalog.clock_timestamp()), \
-                     pg_catalog.clock_timestamp()) \
+                     pg_catalog.clock_timestamp(), $8) \
              RETURNING pg_catalog.date_part('epoch', claimed_at)"
         ),
-        &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into()],
+        &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into(), backfill.into()],
     );
     // A worker id this server had earlier in this run is claimed no more.
     if let Some(kept) = keep {
@@ -198,7 +200,7 @@ fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
             &format!(
                 "SELECT worker_id, system_identifier, timeline, instance, \
                  pg_catalog.date_part('epoch', claimed_at), pg_catalog.date_part('epoch', last_seen), \
-                 pg_catalog.convert_to(name, 'UTF8') \
+                 pg_catalog.convert_to(name, 'UTF8'), backfill \
                  FROM {table}"
             ),
             None,
@@ -213,8 +215,8 @@ fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
 
 /// Claim rows, as this table's and the other nodes' readings give them
 /// (worker_id, system_identifier, timeline, instance, claimed_at and
-/// last_seen in seconds, the name as UTF-8 bytes), into the claims that can
-/// be judged and a description of each that cannot.
+/// last_seen in seconds, the name as UTF-8 bytes, backfill), into the claims
+/// that can be judged and a description of each that cannot.
 fn sort_rows(
     rows: pgrx::spi::SpiTupleTable<'_>,
     claims: &mut Vec<Claim>,
@@ -232,6 +234,7 @@ fn sort_rows(
                 .map(|b| String::from_utf8_lossy(&b).into_owned()),
             claimed_at_s: r.get::<f64>(5)?,
             last_seen_s: r.get::<f64>(6)?,
+            backfill: r.get::<bool>(8)?,
         };
         match row.claim() {
             Ok(c) => claims.push(c),
@@ -372,7 +375,8 @@ fn ask_cluster(command: &str) -> Result<Cluster, pgrx::spi::SpiError> {
                         (c.value OPERATOR(pg_catalog.->>) 'instance')::pg_catalog.int8, \
                         pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'claimed_at')::pg_catalog.timestamptz), \
                         pg_catalog.date_part('epoch', (c.value OPERATOR(pg_catalog.->>) 'last_seen')::pg_catalog.timestamptz), \
-                        pg_catalog.convert_to(c.value OPERATOR(pg_catalog.->>) 'name', 'UTF8') \
+                        pg_catalog.convert_to(c.value OPERATOR(pg_catalog.->>) 'name', 'UTF8'), \
+                        (c.value OPERATOR(pg_catalog.->>) 'backfill')::pg_catalog.bool \
                  FROM pg_catalog.json_array_elements($1::pg_catalog.json) c",
                 None,
                 &[Text(document).into()],
