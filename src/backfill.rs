@@ -117,10 +117,6 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     }
     let layout = cfg.layout;
     let tick = tick_of(&layout, unix_us)?;
-    let history = shm.mark.history();
-    if let Some(c) = history.conflict(worker, tick) {
-        return Err(c.failure(&layout, worker, tick, &history));
-    }
     let policy = settings::policy(&layout)?;
     if process::read_only_transaction() {
         return Err(read_only());
@@ -130,6 +126,16 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
     }
     if !RECORD_READ.0.get() {
         follow_record(shm)?;
+    }
+    // After the floor above, which is what notes copied IDs: and with the
+    // live worker id as the state file will have it at its next mark (a
+    // worker id changed since the last one is past already).
+    let history = shm
+        .mark
+        .history()
+        .with_live(live, shm.mark.tick().unwrap_or(u64::MAX), u64::MAX);
+    if let Some(c) = history.conflict(worker, tick) {
+        return Err(c.failure(&layout, worker, tick, &history));
     }
     let now = clock::now_ms();
     let at_ms = unix_us.div_euclid(1000) as i64;

@@ -138,6 +138,7 @@ fn settle_from_citus(shm: &Shmem, offset: i32, cfg: &Config) -> Result<u32, Fail
     match shm.worker.settle(worker) {
         Ok(()) => {
             server_log!("snowflake_id: worker id {worker}, from {origin}");
+            note_settled(shm, worker);
             Ok(worker)
         }
         Err(in_force) => Err(Failure::new(
@@ -168,6 +169,18 @@ pub fn settle_judged(shm: &Shmem, worker: u32) {
                 "snowflake_id: worker id {worker}, from Citus group id {}",
                 i64::from(worker) - i64::from(offset)
             );
+        }
+        note_settled(shm, worker);
+    }
+}
+
+/// A worker id settled after start (from Citus) goes into the history of
+/// live worker ids before its first ID: the marks written meanwhile, under
+/// no known worker id, may cover the ticks its first IDs take.
+fn note_settled(shm: &Shmem, worker: u32) {
+    if shm.mark.history().current != worker {
+        if let Err(f) = crate::mark::live_worker_moved(shm, worker) {
+            crate::pg::error::log(f, pgrx::PgLogLevel::WARNING);
         }
     }
 }

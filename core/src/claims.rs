@@ -218,10 +218,12 @@ impl Finding {
             Finding::Between(a, b) => Failure::new(
                 Class::Warning,
                 format!(
-                    "worker id {} is claimed by two live servers: {} and {}",
+                    "worker id {} is claimed by two live servers: {}{} and {}{}",
                     a.who.worker_id,
                     a.describe(now_ms),
-                    b.describe(now_ms)
+                    if a.backfill { " (as its backfill worker id)" } else { "" },
+                    b.describe(now_ms),
+                    if b.backfill { " (as its backfill worker id)" } else { "" },
                 ),
             )
             .hint("Their IDs can repeat wherever their data meet: give one of them another worker id and restart it."),
@@ -399,22 +401,23 @@ impl Observer {
             .collect();
         let mut findings = Vec::new();
         for (i, c) in live.iter().enumerate() {
-            // Another server's backfill claim on this live worker id refuses
-            // that server's backfills, there: nothing to do or say here.
-            if c.backfill && !me.backfill {
-                continue;
-            }
             if c.who.worker_id == me.who.worker_id {
-                findings.push(if std::ptr::eq(must_stop(me, c), me) {
-                    Finding::Refuse((*c).clone())
-                } else {
-                    Finding::Warn((*c).clone())
-                });
+                // Another server's backfill claim on this live worker id
+                // refuses that server's backfills, there: nothing to do or
+                // say here.
+                if !c.backfill || me.backfill {
+                    findings.push(if std::ptr::eq(must_stop(me, c), me) {
+                        Finding::Refuse((*c).clone())
+                    } else {
+                        Finding::Warn((*c).clone())
+                    });
+                }
                 continue;
             }
             for d in &live[i + 1..] {
+                // Where two other servers' claims meet (a fan-in), a backfill
+                // one counts too: its server may never see the other's.
                 if d.who.worker_id == c.who.worker_id
-                    && !d.backfill
                     && !self.one_data_directory_in_turn(c, d, &absent)
                 {
                     findings.push(Finding::Between((*c).clone(), (*d).clone()));
@@ -1165,7 +1168,7 @@ mod tests {
         let before = instance(&claim(1, 1, 5, T0, T0), 1);
         let after = instance(&claim(1, 1, 5, T0, T0 + 1_000), 2);
         let mut obs = Observer::default();
-        assert_eq!(obs.judge(&me, &[before.clone()], T0), vec![]);
+        assert_eq!(obs.judge(&me, std::slice::from_ref(&before), T0), vec![]);
         let moved = |c: &Claim, at: UnixMs| Claim {
             last_seen_ms: at,
             ..c.clone()
@@ -1211,12 +1214,19 @@ mod tests {
             obs.judge(&me, std::slice::from_ref(&their_backfill), T0),
             vec![]
         );
-        // Nor a pair between a live claim and a backfill one.
+        // Where a live claim and another server's backfill claim meet
+        // elsewhere (a fan-in, whose publishers may never see each other),
+        // the pair is reported: the backfilling server may not know.
         let onlooker = claim(9, 1, 99, T0, T0);
         let live = claim(3, 1, 5, T0, T0);
-        assert_eq!(
-            Observer::default().judge(&onlooker, &[live.clone(), their_backfill.clone()], T0),
-            vec![]
+        let f = Observer::default().judge(&onlooker, &[live.clone(), their_backfill.clone()], T0);
+        assert!(matches!(f.as_slice(), [Finding::Between(..)]), "{f:?}");
+        assert!(
+            f[0].failure(T0)
+                .message
+                .contains("as its backfill worker id"),
+            "{:?}",
+            f[0].failure(T0).message
         );
         // The backfilling server's own judging (its backfill claim as `me`)
         // still meets the live claim on that id, and another's backfill one.

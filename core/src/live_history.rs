@@ -170,13 +170,13 @@ impl LiveHistory {
     }
 
     /// The history once data of other servers with IDs below `below` (a
-    /// tick) arrived: a vouch given before covered other data, and is void.
+    /// tick) arrived: a vouch given before covered other data, and is void,
+    /// however old the new data's IDs (its server may have issued under a
+    /// vouched worker id at times below the bound already there).
     pub fn with_copied_below(&self, below: u64) -> LiveHistory {
         let mut next = *self;
-        if below > self.copied_below {
-            next.copied_below = below;
-            next.vouched_len = 0;
-        }
+        next.copied_below = self.copied_below.max(below);
+        next.vouched_len = 0;
         next
     }
 
@@ -477,8 +477,11 @@ mod tests {
             h.vouch(1).conflict(1, 200),
             Some(Conflict::WasLive(_))
         ));
-        // More data arriving voids the vouch; a lower copy changes nothing.
-        assert_eq!(vouched.with_copied_below(5_000), vouched);
+        // More data arriving voids the vouch, its IDs older or newer.
+        assert_eq!(
+            vouched.with_copied_below(5_000).conflict(7, 50),
+            Some(Conflict::Copied(9_000))
+        );
         assert_eq!(
             vouched.with_copied_below(9_500).conflict(7, 50),
             Some(Conflict::Copied(9_500))

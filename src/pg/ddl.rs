@@ -194,55 +194,31 @@ unsafe fn raw_default(def: *mut pg_sys::ColumnDef) -> Option<*mut pg_sys::Node> 
     }
 }
 
-/// The default a column without one of its own takes from its type: a
-/// domain's, or that of the domain it is made over, to any depth (as
-/// PostgreSQL fills the old rows of an `ADD COLUMN` with it), with the
-/// domain's name; cooked (the catalog keeps it so).
+/// The default a column without one of its own takes from its type, a
+/// domain's, as PostgreSQL fills the old rows of an `ADD COLUMN` with it
+/// (`build_column_default` asks `get_typdefault`; a domain made over
+/// another takes its default with it when made), with the domain's name.
 ///
 /// # Safety
 /// `def` is a column definition of a parse tree.
 unsafe fn domain_default(def: *mut pg_sys::ColumnDef) -> Option<(String, *mut pg_sys::Node)> {
-    // SAFETY: the ColumnDef's TypeName; a type not found is the command's
-    // own error, later.
-    let typid = unsafe {
+    // SAFETY: the ColumnDef's TypeName, looked up without an error for a
+    // type not found (the command's own error, later); the catalog's
+    // default, made in the current memory context, read before the
+    // command runs.
+    unsafe {
         if (*def).typeName.is_null() {
             return None;
         }
-        pg_sys::LookupTypeNameOid(std::ptr::null_mut(), (*def).typeName, true)
-    };
-    if typid == pg_sys::InvalidOid {
-        return None;
-    }
-    let found = super::spi::ok(Spi::connect(|c| {
-        let found = c.select(
-            "WITH RECURSIVE d(oid, depth) AS ( \
-                 SELECT $1::pg_catalog.oid, 0 \
-                 UNION ALL \
-                 SELECT t.typbasetype, d.depth OPERATOR(pg_catalog.+) 1 \
-                 FROM pg_catalog.pg_type t JOIN d ON t.oid OPERATOR(pg_catalog.=) d.oid \
-                 WHERE t.typtype OPERATOR(pg_catalog.=) 'd' AND t.typdefaultbin IS NULL) \
-             SELECT t.oid::pg_catalog.regtype::pg_catalog.text, t.typdefaultbin::pg_catalog.text \
-             FROM d JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) d.oid \
-             WHERE t.typtype OPERATOR(pg_catalog.=) 'd' AND t.typdefaultbin IS NOT NULL \
-             ORDER BY d.depth LIMIT 1",
-            None,
-            &[typid.into()],
-        )?;
-        if found.is_empty() {
-            return Ok((None, None));
+        let typid = pg_sys::LookupTypeNameOid(std::ptr::null_mut(), (*def).typeName, true);
+        if typid == pg_sys::InvalidOid
+            || pg_sys::get_typtype(typid) != pg_sys::TYPTYPE_DOMAIN as std::ffi::c_char
+        {
+            return None;
         }
-        found
-            .first()
-            .get_two::<super::text::Text, super::text::Text>()
-    }));
-    let (Some(domain), Some(tree)) = found else {
-        return None;
-    };
-    let tree = std::ffi::CString::new(tree.0).ok()?;
-    // SAFETY: the catalog's own text of a cooked expression, read back in
-    // the current memory context (after SPI's ended).
-    let cooked = unsafe { pg_sys::stringToNode(tree.as_ptr()) }.cast::<pg_sys::Node>();
-    Some((domain.0, cooked))
+        let cooked = pg_sys::get_typdefault(typid);
+        (!cooked.is_null()).then(|| (server_text(pg_sys::format_type_be(typid)), cooked))
+    }
 }
 
 /// What `columns_added_with_default` found.

@@ -515,3 +515,19 @@ def test_text_arguments_in_a_database_that_is_not_utf8(srv, encoding, monkeypatc
         before = srv.one("SELECT convert_to(pg_get_viewdef('raw_v'), 'SQL_ASCII')", dbname=db)
         srv.sql("SELECT snowflake_convert('raw')", dbname=db)
         assert srv.one("SELECT convert_to(pg_get_viewdef('raw_v'), 'SQL_ASCII')", dbname=db) == before
+
+
+def test_a_claims_table_made_by_an_earlier_build_without_the_backfill_column_is_still_kept():
+    """0.2.0 built before claims told backfill ones apart made the table
+    without its `backfill` column, and the version did not change, so no
+    update adds it: the claims worker writes and reads such a table as it
+    did, the backfill claim among the rows, and issues on."""
+    with servers() as made:
+        a = writer(made, "oldtable-a", 5, conf={"snowflake_id.backfill_worker_id": 1000})
+        wait_claims(a, 2, "a did not claim its worker id and its backfill worker id")
+        a.sql("ALTER TABLE snowflake_id.snowflake_claims DROP COLUMN backfill")
+        judged(a, "oldtable-a")
+        assert sorted(r[0] for r in a.sql("SELECT worker_id FROM snowflake_id.snowflake_claims")) == [5, 1000]
+        assert problem(a) is None, problem(a)
+        assert a.one("SELECT snowflake_nextval()") > 0
+        assert a.one("SELECT snowflake_nextval_at('2025-02-01')") > 0

@@ -114,9 +114,13 @@ impl Keeper {
             // The original's rows and claim are the original's: a copy
             // deletes none of them and claims afresh (a promoted standby
             // still inherits its old primary's claim time from the table).
+            // Its holding of the group is the data directory's: a standby
+            // promoted in place holds what its primary held, with no
+            // handover (a clone promoted gets its own group, held anew).
             memory = Memory {
                 refused_by: memory.refused_by,
                 place: memory.place,
+                holding: memory.holding,
                 ..Memory::default()
             };
         }

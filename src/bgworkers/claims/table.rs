@@ -8,6 +8,7 @@ use crate::pg::clock::now_ms;
 use crate::pg::spi;
 use crate::pg::text::{ident, Text};
 use crate::pg::timeout;
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use snowflake_id_core::claims::{Claim, Claimant, Row};
@@ -45,6 +46,18 @@ pub(super) fn claims_table() -> Option<String> {
         ident(schema?.as_str()),
         ident(table?.as_str())
     ))
+}
+
+/// Whether the claims table tells backfill claims apart (its `backfill`
+/// column): a database whose extension an earlier build of 0.2.0 made has
+/// none, and its claims are then written and read as before.
+fn tells_backfill(table: &str) -> bool {
+    Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_attribute a \
+                        WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass \
+                          AND a.attname OPERATOR(pg_catalog.=) 'backfill' AND NOT a.attisdropped)",
+        &[table.into()],
+    ) == Ok(Some(true))
 }
 
 /// What one refresh found.
@@ -94,6 +107,7 @@ pub(super) fn write_and_read(
             ],
         );
     }
+    let kinds = tells_backfill(&table);
     let claimed_at_ms = if claiming {
         // The backfill worker id first: the live claim's statement drops
         // this server's rows on every other id.
@@ -107,18 +121,25 @@ pub(super) fn write_and_read(
                 name,
                 None,
                 None,
-                true,
+                kinds.then_some(true),
             );
         }
         let keep: Vec<i32> = std::iter::once(who.worker_id)
             .chain(backfill)
             .map(|w| w as i32)
             .collect();
-        Some(claim(&table, who, name, claimed_at, Some(&keep), false))
+        Some(claim(
+            &table,
+            who,
+            name,
+            claimed_at,
+            Some(&keep),
+            kinds.then_some(false),
+        ))
     } else {
         None
     };
-    let (claims, skipped) = read(&table)?;
+    let (claims, skipped) = read(&table, kinds)?;
     Ok(Read {
         claims,
         skipped,
@@ -134,7 +155,7 @@ fn claim(
     name: &str,
     claimed_at: Option<i64>,
     keep: Option<&[i32]>,
-    backfill: bool,
+    backfill: Option<bool>,
 ) -> i64 {
     let (worker, sysid, tli, instance) = (
         who.worker_id as i32,
@@ -157,6 +178,16 @@ fn claim(
         ),
         &[worker.into(), sysid.into(), tli.into(), instance.into()],
     );
+    let mut args: Vec<DatumWithOid<'_>> = vec![
+        worker.into(),
+        sysid.into(),
+        tli.into(),
+        instance.into(),
+        name.into(),
+        remembered.into(),
+        old.into(),
+    ];
+    args.extend(backfill.map(DatumWithOid::from));
     let at: Option<f64> = spi::first_value(
         // The claim keeps the time this server remembers claiming the id
         // (rows can be deleted, or made again with the extension; the
@@ -165,17 +196,19 @@ fn claim(
         // not become the later claimant against a server that collided
         // with it), else now.
         &format!(
-            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen, backfill) \
+            "INSERT INTO {table} (worker_id, system_identifier, timeline, instance, name, claimed_at, last_seen{}) \
              VALUES ($1, $2, $3, $4, $5, \
                      COALESCE(pg_catalog.to_timestamp($6), pg_catalog.to_timestamp($7), \
                               (SELECT pg_catalog.min(c.claimed_at) FROM {table} c \
                                WHERE c.system_identifier OPERATOR(pg_catalog.=) $2 AND c.timeline OPERATOR(pg_catalog.<) $3 \
                                  AND c.worker_id OPERATOR(pg_catalog.=) $1 AND pg_catalog.isfinite(c.claimed_at)), \
                               pg_catalog.clock_timestamp()), \
-                     pg_catalog.clock_timestamp(), $8) \
-             RETURNING pg_catalog.date_part('epoch', claimed_at)"
+                     pg_catalog.clock_timestamp(){}) \
+             RETURNING pg_catalog.date_part('epoch', claimed_at)",
+            if backfill.is_some() { ", backfill" } else { "" },
+            if backfill.is_some() { ", $8" } else { "" },
         ),
-        &[worker.into(), sysid.into(), tli.into(), instance.into(), name.into(), remembered.into(), old.into(), backfill.into()],
+        &args,
     );
     // A worker id this server had earlier in this run is claimed no more.
     if let Some(kept) = keep {
@@ -194,14 +227,15 @@ fn claim(
 /// Every claim the table holds, and a description of each row that cannot
 /// be judged (skipped, so that one bad row cannot stop the judging of the
 /// others). Timestamps are read as seconds, which infinite ones survive.
-fn read(table: &str) -> Result<(Vec<Claim>, Vec<String>), Failure> {
+fn read(table: &str, kinds: bool) -> Result<(Vec<Claim>, Vec<String>), Failure> {
     Spi::connect(|client| {
         let rows = client.select(
             &format!(
                 "SELECT worker_id, system_identifier, timeline, instance, \
                  pg_catalog.date_part('epoch', claimed_at), pg_catalog.date_part('epoch', last_seen), \
-                 pg_catalog.convert_to(name, 'UTF8'), backfill \
-                 FROM {table}"
+                 pg_catalog.convert_to(name, 'UTF8'), {} \
+                 FROM {table}",
+                if kinds { "backfill" } else { "NULL::pg_catalog.bool" }
             ),
             None,
             &[],
