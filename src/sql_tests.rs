@@ -331,6 +331,7 @@ mod tests {
                 "snowflake_uuid_to_id(uuid) s1s",
                 "snowflake_uuid_to_id(uuid,text) i1s",
                 "snowflake_uuidv7() v1s",
+                "snowflake_vouch_backfill_worker_id(integer) v1u",
             ]
         );
     }

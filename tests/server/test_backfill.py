@@ -558,3 +558,20 @@ def test_vouching_for_a_backfill_worker_id_is_a_superusers_word_about_copied_dat
         s.sql("SELECT snowflake_resume_above(snowflake_nextval() + (1::bigint << 22) * 2000)")
         code, msg, _ = s.error("SELECT snowflake_nextval_at(now() - interval '1 hour')")
         assert code == "55000" and "arrived here" in msg, msg
+
+
+def test_a_backfill_that_is_a_databases_first_call_after_a_copy_floors_first_and_is_refused():
+    """Data of another server arrives (here: its record row and an ID
+    column with its IDs, as a restore writes them), and the first call in
+    that database is a backfill: the floor runs before the check, so the
+    backfill waits for the word like any later one."""
+    with server("bf-first-call", conf=BACKFILL) as s:
+        s.sql("CREATE DATABASE restored")
+        s.sql("CREATE EXTENSION snowflake_id", dbname="restored")
+        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)", dbname="restored")
+        other = s.one("SELECT snowflake_nextval_at(now() - interval '10 minutes')")
+        s.sql(f"INSERT INTO t VALUES ({other}, 1)", dbname="restored")
+        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (42)", dbname="restored")
+        code, msg, hint = s.error("SELECT snowflake_nextval_at(now() - interval '20 minutes')", dbname="restored")
+        assert code == "55000" and "arrived here" in msg, (code, msg)
+        assert "SELECT snowflake_vouch_backfill_worker_id(1023);" in hint, hint
