@@ -344,49 +344,10 @@ pub struct Expression<'c> {
 }
 
 impl Expression<'_> {
-    /// The name of the first of `functions` (OID, name) the expression
-    /// calls, however deep.
-    pub fn first_call_of(&self, functions: &[(pg_sys::Oid, String)]) -> Option<String> {
-        struct Search<'f> {
-            functions: &'f [(pg_sys::Oid, String)],
-            found: Option<String>,
-        }
-        #[pg_guard]
-        unsafe extern "C-unwind" fn walk(
-            node: *mut pg_sys::Node,
-            context: *mut std::ffi::c_void,
-        ) -> bool {
-            // SAFETY: `context` is the Search below, for the walk's length;
-            // a FuncExpr by its tag.
-            unsafe {
-                if node.is_null() {
-                    return false;
-                }
-                let search = &mut *context.cast::<Search>();
-                if pgrx::is_a(node, pg_sys::NodeTag::T_FuncExpr) {
-                    let funcid = (*node.cast::<pg_sys::FuncExpr>()).funcid;
-                    if let Some((_, name)) = search.functions.iter().find(|(oid, _)| *oid == funcid)
-                    {
-                        search.found = Some(name.clone());
-                        return true;
-                    }
-                }
-                pg_sys::expression_tree_walker(node, Some(walk), context)
-            }
-        }
-        let mut search = Search {
-            functions,
-            found: None,
-        };
-        // SAFETY: a cooked expression; the search outlives the walk.
-        unsafe { walk(self.node, (&mut search as *mut Search).cast()) };
-        search.found
-    }
-
-    /// The first volatile function the expression calls (or an operator
-    /// calls) that is written in SQL or a procedural language, schema-
-    /// qualified and quoted: its body could draw IDs, and is not read here.
-    pub fn first_opaque_volatile_call(&self) -> Option<String> {
+    /// Every function the expression calls, however deep, in the order a
+    /// walk meets them: the functions of its calls and of its operators
+    /// (their OIDs filled in first, as the planner would).
+    fn called_functions(&self) -> Vec<pg_sys::Oid> {
         #[pg_guard]
         unsafe extern "C-unwind" fn walk(
             node: *mut pg_sys::Node,
@@ -408,12 +369,30 @@ impl Expression<'_> {
             }
         }
         let mut called: Vec<pg_sys::Oid> = Vec::new();
-        // SAFETY: a cooked expression; operators get their functions' OIDs
-        // filled in first, as the planner would; the list outlives the walk.
+        // SAFETY: a cooked expression; the list outlives the walk.
         unsafe {
             pg_sys::fix_opfuncids(self.node);
             walk(self.node, (&mut called as *mut Vec<pg_sys::Oid>).cast());
         }
+        called
+    }
+
+    /// The name of the first of `functions` (OID, name) the expression
+    /// calls, however deep.
+    pub fn first_call_of(&self, functions: &[(pg_sys::Oid, String)]) -> Option<String> {
+        self.called_functions().into_iter().find_map(|called| {
+            functions
+                .iter()
+                .find(|(oid, _)| *oid == called)
+                .map(|(_, name)| name.clone())
+        })
+    }
+
+    /// The first volatile function the expression calls (or an operator
+    /// calls) that is written in SQL or a procedural language, schema-
+    /// qualified and quoted: its body could draw IDs, and is not read here.
+    pub fn first_opaque_volatile_call(&self) -> Option<String> {
+        let called = self.called_functions();
         if called.is_empty() {
             return None;
         }

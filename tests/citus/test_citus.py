@@ -324,6 +324,28 @@ def test_a_generator_default_added_to_a_filled_reference_table_is_refused_and_th
     assert c.one("SELECT count(DISTINCT sid) FROM dist_fill") == 100
 
 
+def filled_table_with_copies(c, kind, table):
+    """`table` (k, v) with 300 rows kept in several copies: a reference
+    table, or ("replicated") a distributed one of 4 shards, 2 copies each."""
+    c.sql(f"CREATE TABLE {table} (k int PRIMARY KEY, v text)")
+    if kind == "reference":
+        c.sql(f"SELECT create_reference_table('{table}')")
+    else:
+        c.sql(f"SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{table}', 'k', shard_count => 4)")
+    c.sql(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
+
+
+def digests_per_shard(c, table, column):
+    """Each shard's set of md5s of (k, column) over its copies: one each where
+    the copies are alike."""
+    per_shard = {}
+    for shard, result in c.sql(
+            f"SELECT shardid, result FROM run_command_on_placements('{table}',"
+            f" $$SELECT md5(string_agg(k || ':' || {column}, ',' ORDER BY k)) FROM %s$$)"):
+        per_shard.setdefault(shard, set()).add(result)
+    return per_shard
+
+
 @pytest.mark.parametrize("kind, column, default, generator", [
     ("reference", "uid uuid", "snowflake_uuidv7()", "snowflake_uuidv7"),
     ("reference", "code text", "snowflake_to_text(snowflake_nextval(), 'base62')", "snowflake_nextval"),
@@ -339,12 +361,7 @@ def test_a_default_that_draws_ids_added_to_a_filled_table_with_copies_is_refused
     c, w1, w2, _ = cluster
     name = column.split()[0]
     table = f"copied_{kind}_{name}"
-    c.sql(f"CREATE TABLE {table} (k int PRIMARY KEY, v text)")
-    if kind == "reference":
-        c.sql(f"SELECT create_reference_table('{table}')")
-    else:
-        c.sql(f"SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{table}', 'k', shard_count => 4)")
-    c.sql(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    filled_table_with_copies(c, kind, table)
     code, message, hint = c.error(f"ALTER TABLE {table} ADD COLUMN {column} DEFAULT {default}")
     assert code == "0A000", (code, message)
     where = ("the Citus reference table" if kind == "reference"
@@ -361,11 +378,7 @@ def test_a_default_that_draws_ids_added_to_a_filled_table_with_copies_is_refused
     # every copy of every shard holds the same values.
     for statement in hint[hint.index("ALTER TABLE"):].rstrip(";").split("; "):
         c.sql(statement)
-    per_shard = {}
-    for shard, result in c.sql(
-            f"SELECT shardid, result FROM run_command_on_placements('{table}',"
-            f" $$SELECT md5(string_agg(k || ':' || {name}, ',' ORDER BY k)) FROM %s$$)"):
-        per_shard.setdefault(shard, set()).add(result)
+    per_shard = digests_per_shard(c, table, name)
     copies = 3 if kind == "reference" else 2
     assert per_shard and all(len(d) == 1 for d in per_shard.values()), per_shard
     assert c.one(f"SELECT count(*) FROM run_command_on_placements('{table}', 'SELECT 1')") >= copies * len(per_shard)
@@ -384,12 +397,7 @@ def test_a_default_that_draws_ids_through_a_domain_or_a_function_is_refused_and_
     c, w1, w2, _ = cluster
     tag = through.replace(" ", "_")
     table = f"through_{kind}_{tag}"
-    c.sql(f"CREATE TABLE {table} (k int PRIMARY KEY, v text)")
-    if kind == "reference":
-        c.sql(f"SELECT create_reference_table('{table}')")
-    else:
-        c.sql(f"SET citus.shard_replication_factor = 2; SELECT create_distributed_table('{table}', 'k', shard_count => 4)")
-    c.sql(f"INSERT INTO {table} SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    filled_table_with_copies(c, kind, table)
     if through == "function":
         c.sql(f"CREATE FUNCTION make_{tag}_{kind}() RETURNS bigint LANGUAGE sql VOLATILE AS 'SELECT snowflake_nextval()'")
         column, words = f"d bigint DEFAULT make_{tag}_{kind}()", "a volatile function whose body snowflake_id does not read"
@@ -408,11 +416,7 @@ def test_a_default_that_draws_ids_through_a_domain_or_a_function_is_refused_and_
     # Pasted into psql, each statement on its own: every copy alike.
     for statement in hint[hint.index("ALTER TABLE"):].rstrip(";").split("; "):
         c.sql(statement)
-    per_shard = {}
-    for shard, result in c.sql(
-            f"SELECT shardid, result FROM run_command_on_placements('{table}',"
-            f" $$SELECT md5(string_agg(k || ':' || d, ',' ORDER BY k)) FROM %s$$)"):
-        per_shard.setdefault(shard, set()).add(result)
+    per_shard = digests_per_shard(c, table, "d")
     assert per_shard and all(len(d) == 1 for d in per_shard.values()), per_shard
     assert c.one(f"SELECT count(*) FROM {table} WHERE d IS NULL") == 0
     assert c.one(f"SELECT count(DISTINCT d) FROM {table}") == 300
