@@ -49,7 +49,7 @@ fn follow_record(shm: &Shmem) -> Result<(), Failure> {
                 Class::Warning,
                 format!(
                     "snowflake_id: {raised} backfill lease(s) of database \"{}\"'s record were not in this server's record of past times; it was raised over them",
-                    copies::database_name()
+                    crate::pg::database::current_name()
                 ),
             )
             .detail("The state file snowflake_id.backfill was restored from an older copy or removed, or this server was promoted from a standby that could not replay them."),
@@ -105,7 +105,7 @@ pub fn at(unix_us: i128, n: u64) -> Result<Run, Failure> {
         None => issue::preflight(shm, true)?,
     };
     mark::may_issue(shm)?;
-    let worker = backfill_worker(cfg, live)?;
+    let worker = worker_id::backfill(cfg, live)?;
     if shm.backfill.damaged() {
         return Err(leases::damaged());
     }
@@ -170,46 +170,6 @@ fn take(shm: &Shmem, cfg: &Config, tick: u64, n: u64, max_wait_ms: u64) -> Resul
         copies::record_lease(&lease.raise())?;
         Ok(lease)
     })
-}
-
-/// The backfill worker id, checked against the layout and the live one.
-fn backfill_worker(cfg: &Config, live: u32) -> Result<u32, Failure> {
-    let Some(w) = settings::backfill_worker_id()? else {
-        return Err(Failure::new(
-            Class::NotReady,
-            "snowflake_nextval_at needs a backfill worker id, and snowflake_id.backfill_worker_id is not set",
-        )
-        .detail("IDs for past times carry a worker id of their own, so that none can equal an ID this server or another issued live at that time.")
-        .hint(format!(
-            "Pick a worker id from 0 to {} that no server issues IDs under (live or backfilled), set snowflake_id.backfill_worker_id to it in postgresql.conf, and reload: SELECT pg_reload_conf();",
-            cfg.layout.max_worker()
-        )));
-    };
-    if u64::from(w) > cfg.layout.max_worker() {
-        return Err(Failure::new(
-            Class::InvalidParameter,
-            format!(
-                "snowflake_id.backfill_worker_id = {w} does not fit the worker field of {} (0 to {})",
-                cfg.layout.title(),
-                cfg.layout.max_worker()
-            ),
-        )
-        .hint(format!(
-            "Set it to a worker id from 0 to {} that no server issues IDs under, and reload.",
-            cfg.layout.max_worker()
-        )));
-    }
-    if w == live {
-        return Err(Failure::new(
-            Class::InvalidParameter,
-            format!("snowflake_id.backfill_worker_id = {w} is this server's own worker id"),
-        )
-        .detail(
-            "Backfilled IDs at a time would then be live IDs of that time: they could repeat them.",
-        )
-        .hint("Set it to a worker id no server issues IDs under, and reload."));
-    }
-    Ok(w)
 }
 
 /// The tick of the instant `unix_us`, or why the layout has none.

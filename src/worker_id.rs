@@ -13,6 +13,10 @@
 //!   judged the claims, and follows Citus when it gives this node another
 //!   group while the server runs (added again, a clone promoted).
 //! - `origin`: where the id came from, in words, for the status.
+//! - `backfill`: the worker id IDs for past times carry beside the live one
+//!   (`snowflake_id.backfill_worker_id`), by the core's rule; the claims
+//!   worker claims it, a backfill carries it. Which worker ids were live
+//!   here before, and when, is the state file's history (`mark`).
 //!
 //! The value itself lives in shared memory (`shmem::worker`), which keeps
 //! the rule that a settled id never changes but by `follow`.
@@ -23,6 +27,7 @@ use crate::pg::clock;
 use crate::settings;
 use crate::shmem::Shmem;
 use snowflake_id_core::config::{Config, WorkerSource};
+use snowflake_id_core::worker_id as rule;
 use snowflake_id_core::{Class, Failure};
 
 /// How long calls wait, at most, for the claims worker's first judging of
@@ -230,4 +235,15 @@ pub fn origin(shm: &Shmem, cfg: &Config) -> String {
         (WorkerSource::CitusGroup { offset }, Some(w)) => citus::origin(w, offset, &cfg.layout),
         _ => cfg.worker_id_origin.clone(),
     }
+}
+
+/// The backfill worker id beside the live worker id `live`, or why there
+/// is none to use (unset, outside the layout, the live one).
+pub fn backfill(cfg: &Config, live: u32) -> Result<u32, Failure> {
+    rule::backfill(settings::backfill_worker_id()?, live, &cfg.layout)
+}
+
+/// The backfill worker id as set, usable or not: what the status shows.
+pub fn backfill_as_set() -> Option<u32> {
+    settings::backfill_worker_id().ok().flatten()
 }

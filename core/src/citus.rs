@@ -3,12 +3,12 @@
 
 use crate::failure::{Class, Failure};
 
-/// A Citus table whose rows have more than one copy.
+/// A Citus table whose rows have more than one placement (a copy on a node).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Copies {
+pub enum Placements {
     /// A reference table: a copy on every node.
     Reference,
-    /// A distributed table whose shards have this many copies
+    /// A distributed table whose shards have this many placements
     /// (`citus.shard_replication_factor` above 1 when it was made).
     Replicated(i64),
 }
@@ -40,13 +40,13 @@ pub struct Added {
 
 /// `ALTER TABLE <table> ADD COLUMN ...` where the default that fills the
 /// old rows draws IDs, or may, and the table has rows kept in several
-/// copies: Citus runs the ALTER on every copy, and each fills the old rows
-/// from its own node, so the copies would differ (Citus refuses the same
-/// for `nextval()`). `table` is quoted, `key` the primary key's columns,
+/// placements: Citus runs the ALTER on every placement, and each fills the
+/// old rows from its own node, so the placements would differ (Citus
+/// refuses the same for `nextval()`). `table` is quoted, `key` the primary key's columns,
 /// quoted (empty: the table has none).
-pub fn copied_table_add_column(
+pub fn replicated_table_add_column(
     table: &str,
-    copies: &Copies,
+    placements: &Placements,
     added: &Added,
     key: &[String],
 ) -> Failure {
@@ -65,12 +65,12 @@ pub fn copied_table_add_column(
             "INSERT INTO {table} ({key}, {column}) SELECT {key}, {default} FROM {table} WHERE {column} IS NULL ON CONFLICT ({key}) DO UPDATE SET {column} = excluded.{column};"
         )
     };
-    let (what, why) = match copies {
-        Copies::Reference => (
+    let (what, why) = match placements {
+        Placements::Reference => (
             format!("the Citus reference table {table}: it is not empty"),
             "Citus adds the column on every node that holds a copy of the table",
         ),
-        Copies::Replicated(n) => (
+        Placements::Replicated(n) => (
             format!("the distributed table {table}: it is not empty, and each of its shards has {n} copies"),
             "Citus adds the column to every copy of every shard",
         ),
@@ -200,9 +200,9 @@ mod tests {
 
     #[test]
     fn a_domains_default_and_an_opaque_function_are_refused_with_a_way_that_works() {
-        let f = copied_table_add_column(
+        let f = replicated_table_add_column(
             "rf2",
-            &Copies::Reference,
+            &Placements::Reference,
             &added("d", "sfid", "snowflake_nextval()", Some("sfid")),
             &["k".into()],
         );
@@ -218,16 +218,16 @@ mod tests {
             fills: Fills::Opaque("public.make_id".into()),
             ..added("d", "bigint", "public.make_id()", None)
         };
-        let f = copied_table_add_column("rf2", &Copies::Replicated(2), &opaque, &[]);
+        let f = replicated_table_add_column("rf2", &Placements::Replicated(2), &opaque, &[]);
         assert!(f.message.contains("calls public.make_id(), a volatile function whose body snowflake_id does not read,"), "{}", f.message);
         assert!(f.detail.unwrap().contains("IDs, if the function draws any"));
     }
 
     #[test]
     fn the_refusal_gives_a_way_that_keeps_every_copy_identical() {
-        let f = copied_table_add_column(
+        let f = replicated_table_add_column(
             "public.countries",
-            &Copies::Reference,
+            &Placements::Reference,
             &added("sid", "bigint", "snowflake_nextval()", None),
             &["code".into()],
         );
@@ -240,9 +240,9 @@ mod tests {
             f.hint.unwrap(),
             "Add the column without its default, set the default, then fill the old rows once through the coordinator: ALTER TABLE public.countries ADD COLUMN sid bigint; ALTER TABLE public.countries ALTER COLUMN sid SET DEFAULT snowflake_nextval(); INSERT INTO public.countries (code, sid) SELECT code, snowflake_nextval() FROM public.countries WHERE sid IS NULL ON CONFLICT (code) DO UPDATE SET sid = excluded.sid;"
         );
-        let f = copied_table_add_column(
+        let f = replicated_table_add_column(
             "t",
-            &Copies::Reference,
+            &Placements::Reference,
             &added("sid", "bigint", "snowflake_nextval()", None),
             &[],
         );
@@ -254,9 +254,9 @@ mod tests {
 
     #[test]
     fn the_way_keeps_the_columns_own_default_and_names_the_copies() {
-        let f = copied_table_add_column(
+        let f = replicated_table_add_column(
             "public.orders",
-            &Copies::Replicated(2),
+            &Placements::Replicated(2),
             &added(
                 "public_id",
                 "text",

@@ -406,10 +406,17 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
     if widened.is_empty() && !new_default && leftover.is_none() {
         return Ok(Vec::new());
     }
+    refuse_citus(f)?;
+    refuse_owned_apart_or_published(f)?;
+    refuse_views(f)?;
+    Ok(statements(f, &widened, new_default, leftover))
+}
+
+/// Citus refuses a type change of a distribution column, and carries other
+/// ALTERs to every shard one by one: refused before anything changes, with
+/// the way that works.
+fn refuse_citus(f: &Facts) -> Result<(), Failure> {
     if let Some(t) = f.citus.first() {
-        // Citus refuses a type change of a distribution column, and carries
-        // other ALTERs to every shard one by one: refused before anything
-        // changes, with the way that works.
         let again = match &t.distribution_column {
             Some(column) => format!(
                 "SELECT create_distributed_table({}, {})",
@@ -435,6 +442,12 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
             literal(&f.target.table)
         )));
     }
+    Ok(())
+}
+
+/// A child table another role owns (widened as the table's owner), or a
+/// published table whose subscribers are not widened yet.
+fn refuse_owned_apart_or_published(f: &Facts) -> Result<(), Failure> {
     if let Some((child, child_owner, table, owner)) = f.owned_apart.first() {
         return Err(Failure::new(
             Class::Privilege,
@@ -454,6 +467,11 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
             literal(&f.target.table)
         )));
     }
+    Ok(())
+}
+
+/// Views this conversion cannot drop and make again.
+fn refuse_views(f: &Facts) -> Result<(), Failure> {
     if let Some(v) = f.views.iter().find(|v| v.materialized) {
         return Err(Failure::new(
             Class::NotSupported,
@@ -493,6 +511,16 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
         .detail("Views are dropped and made again around the type change; triggers and rules on them are not made again here.")
         .hint("Drop the view, run snowflake_convert, and create the view and what is on it again."));
     }
+    Ok(())
+}
+
+/// The statements, once nothing refuses them.
+fn statements(
+    f: &Facts,
+    widened: &[&Column],
+    new_default: bool,
+    leftover: Option<&Leftover>,
+) -> Vec<Step> {
     let views = creation_order(&f.views);
     let mut sql = vec![Step::caller(lock(f))];
     let as_table_owner =
@@ -515,7 +543,7 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
     }
     // One ALTER per table: one rewrite of it, however many columns widen.
     let mut tables: Vec<(&Column, Vec<&str>)> = Vec::new();
-    for c in &widened {
+    for c in widened {
         match tables.iter_mut().find(|(t, _)| t.table == c.table) {
             Some((_, cols)) => cols.push(&c.column),
             None => tables.push((c, vec![&c.column])),
@@ -566,7 +594,7 @@ pub fn steps(f: &Facts) -> Result<Vec<Step>, Failure> {
     for s in &mut sql {
         s.sql.push(';');
     }
-    Ok(sql)
+    sql
 }
 
 /// Tables that hold copies of the key are locked before the table itself,

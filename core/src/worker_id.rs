@@ -290,6 +290,48 @@ fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
     })
 }
 
+/// The backfill worker id (`snowflake_id.backfill_worker_id`, `set`) that
+/// IDs for past times carry beside the live worker id `live`: set, within
+/// the layout's worker field, and not the live one, whose IDs of the same
+/// times it would repeat. The claims worker claims it only when this holds;
+/// a backfill fails with the error.
+pub fn backfill(set: Option<u32>, live: u32, layout: &Layout) -> Result<u32, Failure> {
+    let max = layout.max_worker();
+    let Some(w) = set else {
+        return Err(Failure::new(
+            Class::NotReady,
+            "snowflake_nextval_at needs a backfill worker id, and snowflake_id.backfill_worker_id is not set",
+        )
+        .detail("IDs for past times carry a worker id of their own, so that none can equal an ID this server or another issued live at that time.")
+        .hint(format!(
+            "Pick a worker id from 0 to {max} that no server issues IDs under (live or backfilled), set snowflake_id.backfill_worker_id to it in postgresql.conf, and reload: SELECT pg_reload_conf();"
+        )));
+    };
+    if u64::from(w) > max {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            format!(
+                "snowflake_id.backfill_worker_id = {w} does not fit the worker field of {} (0 to {max})",
+                layout.title()
+            ),
+        )
+        .hint(format!(
+            "Set it to a worker id from 0 to {max} that no server issues IDs under, and reload."
+        )));
+    }
+    if w == live {
+        return Err(Failure::new(
+            Class::InvalidParameter,
+            format!("snowflake_id.backfill_worker_id = {w} is this server's own worker id"),
+        )
+        .detail(
+            "Backfilled IDs at a time would then be live IDs of that time: they could repeat them.",
+        )
+        .hint("Set it to a worker id no server issues IDs under, and reload."));
+    }
+    Ok(w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +348,28 @@ mod tests {
             offset,
             host_name: host,
         })
+    }
+
+    #[test]
+    fn a_backfill_worker_id_is_set_fits_and_is_not_the_live_one() {
+        let layout = Layout::by_name(crate::layout::DEFAULT_NAME).unwrap();
+        assert_eq!(backfill(Some(7), 1, &layout), Ok(7));
+        let unset = backfill(None, 1, &layout).unwrap_err();
+        assert_eq!(unset.class, Class::NotReady);
+        assert!(unset.hint.unwrap().contains("from 0 to 1023"));
+        let wide = backfill(Some(1024), 1, &layout).unwrap_err();
+        assert_eq!(wide.class, Class::InvalidParameter);
+        assert!(
+            wide.message.contains("does not fit the worker field"),
+            "{}",
+            wide.message
+        );
+        let live = backfill(Some(1), 1, &layout).unwrap_err();
+        assert!(
+            live.message.contains("is this server's own worker id"),
+            "{}",
+            live.message
+        );
     }
 
     #[test]

@@ -158,10 +158,7 @@ pub unsafe extern "C-unwind" fn snowflake_status(
         ("standby_wait_time", us(&c.standby_wait_us)),
         (
             "backfill_worker_id",
-            settings::backfill_worker_id()
-                .ok()
-                .flatten()
-                .map(|w| pg_sys::Datum::from(w as i32)),
+            worker_id::backfill_as_set().map(|w| pg_sys::Datum::from(w as i32)),
         ),
         ("backfill_leases", n(&shm.backfill.leases)),
         ("layout_ends", layout.and_then(|l| ts(l.end_ms()))),

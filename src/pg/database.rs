@@ -24,3 +24,9 @@ pub fn oid_by_name(name: &std::ffi::CStr) -> Option<pg_sys::Oid> {
     let oid = unsafe { pg_sys::get_database_oid(name.as_ptr(), true) };
     (oid != pg_sys::InvalidOid).then_some(oid)
 }
+
+/// The name of this backend's database, for messages (empty if it was
+/// dropped meanwhile).
+pub fn current_name() -> String {
+    name(crate::pg::process::database_id()).unwrap_or_default()
+}

@@ -142,64 +142,10 @@ pub fn read_column(
         };
         match index {
             Some((index, descending)) => {
-                // IS NOT NULL, as the executor puts a NullTest to a btree.
-                let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
-                pg_sys::ScanKeyEntryInitialize(
-                    &mut key,
-                    (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNOTNULL) as i32,
-                    1,
-                    0,
-                    pg_sys::InvalidOid,
-                    pg_sys::InvalidOid,
-                    pg_sys::InvalidOid,
-                    pg_sys::Datum::from(0),
-                );
-                #[cfg(not(any(feature = "pg18", feature = "pg19")))]
-                let scan = pg_sys::index_beginscan(relation, index, snapshot, 1, 0);
-                #[cfg(feature = "pg18")]
-                let scan =
-                    pg_sys::index_beginscan(relation, index, snapshot, std::ptr::null_mut(), 1, 0);
-                #[cfg(feature = "pg19")]
-                let scan = pg_sys::index_beginscan(
-                    relation,
-                    index,
-                    snapshot,
-                    std::ptr::null_mut(),
-                    1,
-                    0,
-                    0,
-                );
-                pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
-                let direction = if descending {
-                    pg_sys::ScanDirection::ForwardScanDirection
-                } else {
-                    pg_sys::ScanDirection::BackwardScanDirection
-                };
-                while pg_sys::index_getnext_slot(scan, direction, slot) {
-                    if !take() {
-                        break;
-                    }
-                }
-                pg_sys::index_endscan(scan);
+                scan_index(relation, index, descending, snapshot, slot, &mut take);
                 pg_sys::index_close(index, lock);
             }
-            None => {
-                // 19 takes ScanOptions beyond a plain sequential scan's: none.
-                #[cfg(not(feature = "pg19"))]
-                let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut());
-                #[cfg(feature = "pg19")]
-                let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut(), 0);
-                while pg_sys::table_scan_getnextslot(
-                    scan,
-                    pg_sys::ScanDirection::ForwardScanDirection,
-                    slot,
-                ) {
-                    if !take() {
-                        break;
-                    }
-                }
-                pg_sys::table_endscan(scan);
-            }
+            None => scan_table(relation, snapshot, slot, &mut take),
         }
         pg_sys::MemoryContextDelete(per_row);
         pg_sys::ExecDropSingleTupleTableSlot(slot);
@@ -209,6 +155,87 @@ pub fn read_column(
         }
         pg_sys::relation_close(relation, lock);
         Ok(Some(order))
+    }
+}
+
+/// Feeds `take` the rows of `relation` through `index` whose first column
+/// is not NULL, largest first, until it returns false.
+///
+/// # Safety
+/// `relation` and `index` open and locked, `snapshot` registered, `slot`
+/// made for `relation`; all of them outlive the call.
+unsafe fn scan_index(
+    relation: pg_sys::Relation,
+    index: pg_sys::Relation,
+    descending: bool,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    take: &mut dyn FnMut() -> bool,
+) {
+    // SAFETY: the caller's promises; the key lives until the scan ends.
+    unsafe {
+        // IS NOT NULL, as the executor puts a NullTest to a btree.
+        let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut key,
+            (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNOTNULL) as i32,
+            1,
+            0,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(0),
+        );
+        #[cfg(not(any(feature = "pg18", feature = "pg19")))]
+        let scan = pg_sys::index_beginscan(relation, index, snapshot, 1, 0);
+        #[cfg(feature = "pg18")]
+        let scan = pg_sys::index_beginscan(relation, index, snapshot, std::ptr::null_mut(), 1, 0);
+        #[cfg(feature = "pg19")]
+        let scan =
+            pg_sys::index_beginscan(relation, index, snapshot, std::ptr::null_mut(), 1, 0, 0);
+        pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
+        let direction = if descending {
+            pg_sys::ScanDirection::ForwardScanDirection
+        } else {
+            pg_sys::ScanDirection::BackwardScanDirection
+        };
+        while pg_sys::index_getnext_slot(scan, direction, slot) {
+            if !take() {
+                break;
+            }
+        }
+        pg_sys::index_endscan(scan);
+    }
+}
+
+/// Feeds `take` every row of `relation`, in storage order, until it
+/// returns false.
+///
+/// # Safety
+/// As `scan_index`, without the index.
+unsafe fn scan_table(
+    relation: pg_sys::Relation,
+    snapshot: pg_sys::Snapshot,
+    slot: *mut pg_sys::TupleTableSlot,
+    take: &mut dyn FnMut() -> bool,
+) {
+    // SAFETY: the caller's promises.
+    unsafe {
+        // 19 takes ScanOptions beyond a plain sequential scan's: none.
+        #[cfg(not(feature = "pg19"))]
+        let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut());
+        #[cfg(feature = "pg19")]
+        let scan = pg_sys::table_beginscan(relation, snapshot, 0, std::ptr::null_mut(), 0);
+        while pg_sys::table_scan_getnextslot(
+            scan,
+            pg_sys::ScanDirection::ForwardScanDirection,
+            slot,
+        ) {
+            if !take() {
+                break;
+            }
+        }
+        pg_sys::table_endscan(scan);
     }
 }
 

@@ -142,19 +142,104 @@ def test_the_checks_catch_what_they_look_for():
     assert named_paths(text) == [("super", "x"), ("super", "y"), ("crate", "api::status")]
 
 
-def test_the_map_names_every_layer_and_every_part_of_src():
-    text = open(os.path.join(REPO, "CONTRIBUTING.md"), encoding="utf-8").read()
+# Folders of the shell layered inside as the shell is: each file names only
+# the files the map lists before it (mod.rs, the surface, names them all).
+LAYERED_FOLDERS = ["citus", "copies"]
+
+
+def the_map(text):
+    """CONTRIBUTING.md's map, as (path, depth-first order) of every folder
+    and file it names: `core/src/...` and `src/...`, from the indentation
+    (two spaces a level) of the block under "## The layers"."""
     section = text[text.index("## The layers"):]
     block = re.search(r"```\n(.*?)```", section, re.S).group(1)
-    named = set(re.findall(r"^ {2}([a-z_]+)(?:/|\.rs)\s", block, re.M))
-    parts = {f[:-3] if f.endswith(".rs") else f for f in os.listdir(os.path.join(REPO, "src"))
-             if f.endswith(".rs") or os.path.isdir(os.path.join(REPO, "src", f))}
-    assert set(LAYERS) <= named, f"layers the map does not name: {set(LAYERS) - named}"
-    assert parts - {"api/sql"} <= named, f"parts of src/ the map does not name: {parts - named}"
-    assert named <= parts, f"the map names what src/ does not hold: {named - parts}"
-    # And in the order of LAYERS, lowest first.
-    order = [n for n in re.findall(r"^ {2}([a-z_]+)(?:/|\.rs)\s", block, re.M) if n in LAYERS]
+    paths, stack = [], []
+    for line in block.splitlines():
+        m = re.match(r"^( *)(\S+?/|\S+\.(?:rs|sql))(?:\s|$)", line)
+        if not m or len(m.group(1)) % 2:
+            continue
+        depth = len(m.group(1)) // 2
+        if depth > len(stack):
+            continue  # a wrapped description
+        stack[depth:] = [m.group(2).rstrip("/")]
+        paths.append("/".join(stack) + ("/" if m.group(2).endswith("/") else ""))
+    return paths
+
+
+def sources(repo):
+    """Every .rs and .sql file under src/ and core/src/, relative to `repo`."""
+    found = set()
+    for top in ("src", os.path.join("core", "src")):
+        for root, _, files in os.walk(os.path.join(repo, top)):
+            for f in files:
+                if f.endswith((".rs", ".sql")):
+                    found.add(os.path.relpath(os.path.join(root, f), repo).replace(os.sep, "/"))
+    return found
+
+
+def unmapped(repo, text):
+    """(files the map does not name, files it names that do not exist)."""
+    named = {p for p in the_map(text) if not p.endswith("/")}
+    have = sources(repo)
+    return sorted(have - named), sorted(named - have)
+
+
+def test_the_map_names_every_file_of_src_and_core():
+    text = open(os.path.join(REPO, "CONTRIBUTING.md"), encoding="utf-8").read()
+    missing, extra = unmapped(REPO, text)
+    assert missing == [], f"files CONTRIBUTING.md's map does not name: {missing}"
+    assert extra == [], f"the map names what is not there: {extra}"
+
+
+def test_the_map_lists_the_layers_in_their_order():
+    text = open(os.path.join(REPO, "CONTRIBUTING.md"), encoding="utf-8").read()
+    tops = [p[len("src/"):].rstrip("/").removesuffix(".rs") for p in the_map(text)
+            if p.startswith("src/") and p.count("/") == 1 + p.endswith("/")]
+    order = [t for t in tops if t in LAYERS]
     assert order == LAYERS, f"the map's order {order} is not the layers' {LAYERS}"
+    assert set(tops) <= set(LAYERS) | ABOVE_ALL, set(tops) - set(LAYERS) - ABOVE_ALL
+
+
+def test_the_map_check_finds_a_file_added_to_a_subfolder(tmp_path):
+    for f in ("src/lib.rs", "src/copies/mod.rs", "src/copies/floor.rs", "src/copies/json.rs", "core/src/lib.rs"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+    text = ("## The layers\n```\ncore/src/   the core\n  lib.rs     its modules\nsrc/   the shell\n"
+            "  copies/    floors\n    mod.rs     the surface\n    floor.rs   the floor\n"
+            "               wrapped.rs is a description, not a file\n  lib.rs     the root\n```\n")
+    assert unmapped(str(tmp_path), text) == (["src/copies/json.rs"], [])
+    assert unmapped(str(tmp_path), text.replace("    floor.rs", "    floors.rs")) == (
+        ["src/copies/floor.rs", "src/copies/json.rs"], ["src/copies/floors.rs"])
+
+
+def folder_order_breaks(edges, folder, order):
+    """Where a file of `folder` names a sibling listed after it (or one the
+    map does not list)."""
+    wrong = []
+    for mod, targets in edges.items():
+        if len(mod) != 2 or mod[0] != folder:
+            continue
+        for t in targets:
+            if len(t) >= 2 and t[0] == folder and t[1] != mod[1]:
+                if t[1] not in order or mod[1] not in order or order.index(t[1]) > order.index(mod[1]):
+                    wrong.append(f"{folder}/{mod[1]} names {folder}/{t[1]}")
+            elif t == (folder,):
+                wrong.append(f"{folder}/{mod[1]} names its folder's surface")
+    return wrong
+
+
+@pytest.mark.parametrize("folder", LAYERED_FOLDERS)
+def test_the_files_of_a_layered_folder_name_only_those_listed_before_them(folder):
+    text = open(os.path.join(REPO, "CONTRIBUTING.md"), encoding="utf-8").read()
+    order = [p.split("/")[-1][:-3] for p in the_map(text)
+             if p.startswith(f"src/{folder}/") and p.endswith(".rs") and not p.endswith("/mod.rs")]
+    assert len(order) >= 4, order
+    assert folder_order_breaks(graph(os.path.join(REPO, "src")), folder, order) == []
+
+
+def test_the_folder_order_check_finds_a_file_naming_one_after_it():
+    edges = {("copies", "record"): {("copies", "floor"), ("pg",)}, ("copies", "floor"): {("copies", "record")}}
+    assert folder_order_breaks(edges, "copies", ["record", "floor"]) == ["copies/record names copies/floor"]
 
 
 def test_only_worker_id_sets_the_worker_id():
@@ -166,6 +251,29 @@ def test_only_worker_id_sets_the_worker_id():
         if writes.search(strip_comments(open(path, encoding="utf-8").read())):
             found.append("::".join(mod))
     assert found == ["worker_id"]
+
+
+def readers_of_the_backfill_worker_id(src):
+    """The files of `src` (besides settings.rs, where it is read from the
+    configuration) that read `snowflake_id.backfill_worker_id` themselves."""
+    reads = re.compile(r"\bsettings::backfill_worker_id\b|\bbackfill_worker_id\(\)")
+    return sorted("::".join(mod) for mod, path in modules(src).items()
+                  if mod != ("settings",) and reads.search(strip_comments(open(path, encoding="utf-8").read())))
+
+
+def test_only_worker_id_reads_the_backfill_worker_id():
+    """The backfill worker id has the live one's owner: its rule (set, in the
+    layout, not the live one) is the core's `worker_id::backfill`, and only
+    src/worker_id.rs reads the setting; a backfill, the claims and the
+    status ask it."""
+    assert readers_of_the_backfill_worker_id(os.path.join(REPO, "src")) == ["worker_id"]
+
+
+def test_the_backfill_rule_finds_a_second_reader(tmp_path):
+    (tmp_path / "worker_id.rs").write_text("fn f() { settings::backfill_worker_id() }\n")
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "status.rs").write_text("use crate::settings;\nfn g() { settings::backfill_worker_id().ok() }\n")
+    assert readers_of_the_backfill_worker_id(str(tmp_path)) == ["api::status", "worker_id"]
 
 
 def unsafe_blocks(src):

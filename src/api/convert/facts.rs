@@ -46,13 +46,98 @@ fn text(r: SpiResult<Option<Text>>) -> Option<String> {
     spi(r).map(|t| t.0)
 }
 
+/// The column as the catalog has it, read in one statement.
+struct ColumnRow {
+    relkind: char,
+    attnum: i16,
+    target: Column,
+    /// `attidentity`: empty where the column is no identity column.
+    identity: String,
+    /// The default's `pg_attrdef` row and its text, where it has one.
+    default: Option<(pg_sys::Oid, String)>,
+    /// A partition's or inheritance child's column.
+    inherited: bool,
+    /// The first column of a primary key or unique index.
+    is_key: bool,
+    owned_sequence: Option<pg_sys::Oid>,
+}
+
+/// What the column's default is, the sequence a kept conversion left
+/// owned by it, and the sequence this conversion drops.
+struct Defaults {
+    default: OldDefault,
+    leftover: Option<(Leftover, pg_sys::Oid)>,
+    dropped: Option<pg_sys::Oid>,
+    nextval: String,
+}
+
 fn facts_with(
     c: &SpiClient<'_>,
     tbl: pg_sys::Oid,
     col: &str,
     asked: &Asked,
 ) -> Result<Read, Failure> {
-    let drop_sequence = asked.drop_sequence;
+    let row = column_row(c, tbl, col)?;
+    let Defaults {
+        default,
+        leftover,
+        dropped,
+        nextval,
+    } = defaults(c, tbl, col, &row, asked.drop_sequence);
+    let inherited_from = if row.inherited {
+        top(c, tbl).map(|(_, name, _)| name)
+    } else {
+        None
+    };
+    let references: Option<String> = strings_with(
+        c,
+        "SELECT format('constraint %I to %s', conname, confrelid::regclass) FROM pg_constraint \
+         WHERE contype = 'f' AND conrelid = $1 AND $2::int2 = ANY(conkey) ORDER BY conname LIMIT 1",
+        args([tbl.into(), row.attnum.into()]),
+    )
+    .into_iter()
+    .next();
+    let start = Found {
+        relid: tbl,
+        name: col.to_string(),
+        column: row.target.clone(),
+    };
+    let (referencing, found) = referencing(c, start);
+    let mut facts = Facts {
+        target: row.target,
+        relkind: row.relkind,
+        inherited_from,
+        is_key: row.is_key,
+        default,
+        references,
+        referencing,
+        views: Vec::new(),
+        nextval,
+        drop_sequence: asked.drop_sequence,
+        leftover: leftover.map(|(l, _)| l),
+        publications: Vec::new(),
+        subscribers_widened: asked.subscribers_widened,
+        owned_apart: Vec::new(),
+        citus: Vec::new(),
+    };
+    convert::check(&facts)?;
+    let widened: Vec<&Found> = convert::widened(&facts)
+        .into_iter()
+        .filter_map(|w| found.iter().find(|f| &f.column == w))
+        .collect();
+    facts.views = views(c, &widened);
+    facts.publications = publications(c, &widened);
+    facts.owned_apart = owned_apart(c, &widened);
+    facts.citus = citus_tables(c, tbl, &widened);
+    let oids = found
+        .iter()
+        .map(|f| (f.column.table.clone(), f.relid))
+        .collect();
+    Ok((facts, dropped, oids))
+}
+
+/// The table's and the column's row of the catalog, or why there is none.
+fn column_row(c: &SpiClient<'_>, tbl: pg_sys::Oid, col: &str) -> Result<ColumnRow, Failure> {
     let rows = spi(c.select(
         "SELECT c.relkind::text, format('%I.%I', n.nspname, c.relname), a.attnum, quote_ident(a.attname), \
                 format_type(a.atttypid, a.atttypmod), a.attidentity::text, ad.oid, pg_get_expr(ad.adbin, ad.adrelid), \
@@ -84,28 +169,41 @@ fn facts_with(
         )
         .hint("Name the key column: snowflake_convert('orders', 'order_id')."));
     };
-    let target = Column {
-        table,
-        column: text(row.get(4)).unwrap_or_default(),
-        type_name: text(row.get(5)).unwrap_or_default(),
-        owner: text(row.get(12)).unwrap_or_default(),
-    };
-    let identity: String = text(row.get(6)).unwrap_or_default();
     let attrdef: Option<pg_sys::Oid> = spi(row.get(7));
-    let expr: Option<String> = text(row.get(8));
-    let inherited: bool = spi(row.get(9)).unwrap_or(false);
-    let is_key: bool = spi(row.get(10)).unwrap_or(false);
-    let owned_sequence: Option<pg_sys::Oid> = spi(row.get(11));
+    Ok(ColumnRow {
+        relkind: relkind.chars().next().unwrap_or('?'),
+        attnum,
+        target: Column {
+            table,
+            column: text(row.get(4)).unwrap_or_default(),
+            type_name: text(row.get(5)).unwrap_or_default(),
+            owner: text(row.get(12)).unwrap_or_default(),
+        },
+        identity: text(row.get(6)).unwrap_or_default(),
+        default: attrdef.zip(text(row.get(8))),
+        inherited: spi(row.get(9)).unwrap_or(false),
+        is_key: spi(row.get(10)).unwrap_or(false),
+        owned_sequence: spi(row.get(11)),
+    })
+}
+
+fn defaults(
+    c: &SpiClient<'_>,
+    tbl: pg_sys::Oid,
+    col: &str,
+    row: &ColumnRow,
+    drop_sequence: bool,
+) -> Defaults {
     let (nextval, nextval_oid) = snowflake_nextval(c);
-    let (default, sequence) = if !identity.is_empty() {
-        (OldDefault::Identity, owned_sequence)
-    } else if let (Some(def), Some(expr)) = (attrdef, expr) {
+    let (default, sequence) = if !row.identity.is_empty() {
+        (OldDefault::Identity, row.owned_sequence)
+    } else if let Some((def, expr)) = row.default.clone() {
         old_default(c, tbl, col, def, expr, nextval_oid)
     } else {
         (OldDefault::Nothing, None)
     };
     // A sequence the column still owns after a conversion that kept it.
-    let leftover = match (&default, owned_sequence) {
+    let leftover = match (&default, row.owned_sequence) {
         (OldDefault::Snowflake, Some(seq)) => Some((sequence_facts(c, seq, tbl, col), seq)),
         _ => None,
     };
@@ -115,56 +213,12 @@ fn facts_with(
         OldDefault::Snowflake if drop_sequence => leftover.as_ref().map(|(_, seq)| *seq),
         _ => None,
     };
-    let inherited_from = if inherited {
-        top(c, tbl).map(|(_, name, _)| name)
-    } else {
-        None
-    };
-    let references: Option<String> = strings_with(
-        c,
-        "SELECT format('constraint %I to %s', conname, confrelid::regclass) FROM pg_constraint \
-         WHERE contype = 'f' AND conrelid = $1 AND $2::int2 = ANY(conkey) ORDER BY conname LIMIT 1",
-        args([tbl.into(), attnum.into()]),
-    )
-    .into_iter()
-    .next();
-    let start = Found {
-        relid: tbl,
-        name: col.to_string(),
-        column: target.clone(),
-    };
-    let (referencing, found) = referencing(c, start);
-    let mut facts = Facts {
-        target,
-        relkind: relkind.chars().next().unwrap_or('?'),
-        inherited_from,
-        is_key,
+    Defaults {
         default,
-        references,
-        referencing,
-        views: Vec::new(),
+        leftover,
+        dropped,
         nextval,
-        drop_sequence,
-        leftover: leftover.map(|(l, _)| l),
-        publications: Vec::new(),
-        subscribers_widened: asked.subscribers_widened,
-        owned_apart: Vec::new(),
-        citus: Vec::new(),
-    };
-    convert::check(&facts)?;
-    let widened: Vec<&Found> = convert::widened(&facts)
-        .into_iter()
-        .filter_map(|w| found.iter().find(|f| &f.column == w))
-        .collect();
-    facts.views = views(c, &widened);
-    facts.publications = publications(c, &widened);
-    facts.owned_apart = owned_apart(c, &widened);
-    facts.citus = citus_tables(c, tbl, &widened);
-    let oids = found
-        .iter()
-        .map(|f| (f.column.table.clone(), f.relid))
-        .collect();
-    Ok((facts, dropped, oids))
+    }
 }
 
 /// A CTE `tree(relid)`: the relation the parameter `root` names, and its

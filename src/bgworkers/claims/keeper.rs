@@ -15,6 +15,7 @@ use snowflake_id_core::claims::{
     self, Claim, Claimant, Finding, Held, Memory, Observer, STALE_AFTER_MS,
 };
 use snowflake_id_core::config::{Config, WorkerSource};
+use snowflake_id_core::timefmt::UnixMs;
 use snowflake_id_core::{Class, Failure};
 
 use super::memory::{read_memory, remembered, save_memory};
@@ -26,17 +27,6 @@ const REMIND_EVERY_MS: i64 = 60_000;
 /// The worker id an onlooker judges claims as: more than any layout's
 /// worker bits can hold, so it collides with no one.
 const NO_WORKER_ID: u32 = u32::MAX;
-
-/// The backfill worker id this server claims beside its live one `live`:
-/// set, fitting the layout, and not the live one (else the first backfill
-/// says what is wrong, and nothing is claimed).
-fn backfill_worker_id(live: u32) -> Option<u32> {
-    let max = settings::config().ok()?.layout.max_worker();
-    settings::backfill_worker_id()
-        .ok()
-        .flatten()
-        .filter(|&b| b != live && u64::from(b) <= max)
-}
 
 /// This server's claimant identity and name.
 /// The worker id this server claims: the one it issues with, or, before
@@ -77,6 +67,17 @@ fn me(shm: &Shmem, worker_id: u32) -> (Claimant, String) {
         },
         settings::server_name(),
     )
+}
+
+/// This server's claim as one refresh wrote it, and the table as it read it.
+struct OwnClaim {
+    who: Claimant,
+    /// The live worker id claimed (none: an onlooker).
+    claimed: Option<u32>,
+    /// When this server claimed it, as its memory had it.
+    claimed_at: Option<UnixMs>,
+    backfill: Option<u32>,
+    read: table::Read,
 }
 
 /// The claims worker's memory between refreshes.
@@ -177,17 +178,50 @@ impl Keeper {
     }
 
     pub(super) fn refresh(&mut self, shm: &Shmem) {
+        let Some(mut own) = self.write_own_claim(shm) else {
+            return;
+        };
+        let unread = self.read_other_nodes(shm, &mut own.read);
+        self.trouble(shm, unread);
+        self.remember_claim_time(&own);
+        self.report_skipped(shm, &own.read.skipped);
+        let now = now_ms();
+        let findings = self.judge(shm, &own, now);
+        self.follow_place(own.claimed);
+        self.report_place();
+        let place = self.place.clone().filter(|f| f.class == Class::NotReady);
+        let handover = own.claimed.and_then(|w| self.handover(w, now));
+        let moving = self.moving(shm);
+        self.publish(
+            shm,
+            &findings,
+            place.or(moving).or(handover).or_else(|| self.place.clone()),
+            now,
+        );
+        // Judged once: where the first ID waited for this (on Citus), the
+        // worker id is now this server's to issue with, or refused above.
+        if let Some(w) = own.claimed {
+            worker_id::settle_judged(shm, w);
+        }
+    }
+
+    /// Writes this server's claim (and its backfill worker id's) and reads
+    /// the table; `None` once a failure to do so was reported.
+    fn write_own_claim(&mut self, shm: &Shmem) -> Option<OwnClaim> {
         // A server without a usable worker id issues nothing and claims
         // nothing (the status says why), but still sees other servers
         // collide: a fan-in subscriber that only reads, say.
-        let claimed = settings::config()
-            .ok()
-            .and_then(|c| claimed_worker_id(shm, c));
+        let cfg = settings::config().ok();
+        let claimed = cfg.and_then(|c| claimed_worker_id(shm, c));
         let (who, name) = me(shm, claimed.unwrap_or(NO_WORKER_ID));
         let claimed_at = self.memory.claimed_at(&who);
         let (mine, previous) = (who.clone(), self.previous);
         let claiming = claimed.is_some();
-        let backfill = claimed.and_then(backfill_worker_id);
+        // Claimed only where a backfill could use it (the first backfill
+        // says what is wrong otherwise).
+        let backfill = cfg
+            .zip(claimed)
+            .and_then(|(c, live)| worker_id::backfill(c, live).ok());
         let read = match in_transaction(move || {
             table::write_and_read(&mine, claiming, backfill, previous, claimed_at, &name)
         }) {
@@ -202,19 +236,31 @@ impl Keeper {
                     None => f,
                 };
                 self.still_moving(shm, &f.message);
-                return self.trouble(shm, Some(f));
+                self.trouble(shm, Some(f));
+                return None;
             }
             Ok(Err(f)) | Err(f) => {
                 self.still_moving(shm, &f.message);
-                return self.trouble(shm, Some(f));
+                self.trouble(shm, Some(f));
+                return None;
             }
         };
         self.previous = None;
-        // On Citus, the other nodes' own claims too: a worker id given twice
-        // in one cluster meets here, no publication needed. Nodes that do not
-        // answer are said; the claims that did arrive are judged all the same.
-        let mut read = read;
-        let unread = match in_transaction(table::read_cluster) {
+        Some(OwnClaim {
+            who,
+            claimed,
+            claimed_at,
+            backfill,
+            read,
+        })
+    }
+
+    /// On Citus, adds the other nodes' own claims to `read`: a worker id
+    /// given twice in one cluster meets here, no publication needed. Nodes
+    /// that do not answer are said (the returned warning); the claims that
+    /// did arrive are judged all the same.
+    fn read_other_nodes(&mut self, shm: &Shmem, read: &mut table::Read) -> Option<Failure> {
+        match in_transaction(table::read_cluster) {
             Ok(Ok(cluster)) => {
                 if self.group_read && moving_what(shm).is_some() {
                     shm.claims.moving().set("");
@@ -253,40 +299,55 @@ impl Keeper {
                     ),
                 ))
             }
-        };
-        self.trouble(shm, unread);
-        if let Some(at) = read.claimed_at_ms.filter(|at| Some(*at) != claimed_at) {
+        }
+    }
+
+    /// Remembers across restarts when the table says this server claimed
+    /// its worker id (a promoted standby inherits its old primary's time).
+    fn remember_claim_time(&mut self, own: &OwnClaim) {
+        if let Some(at) = own
+            .read
+            .claimed_at_ms
+            .filter(|at| Some(*at) != own.claimed_at)
+        {
             self.memory.held = Some(Held {
-                system_identifier: who.system_identifier,
-                timeline: who.timeline,
-                worker_id: who.worker_id,
+                system_identifier: own.who.system_identifier,
+                timeline: own.who.timeline,
+                worker_id: own.who.worker_id,
                 claimed_at_ms: at,
             });
             save_memory(&self.memory);
         }
-        self.report_skipped(shm, &read.skipped);
-        let now = now_ms();
+    }
+
+    /// Judges every claim read against this server's (as an onlooker where
+    /// it claims nothing), and its backfill worker id's.
+    fn judge(&mut self, shm: &Shmem, own: &OwnClaim, now: i64) -> Vec<Finding> {
         let onlooker = Claim {
-            who: who.clone(),
+            who: own.who.clone(),
             name: String::new(),
             claimed_at_ms: now,
             last_seen_ms: now,
             backfill: false,
         };
-        let mine = read
-            .claims
+        let claims = &own.read.claims;
+        let mine = claims
             .iter()
-            .find(|c| c.who == who)
+            .find(|c| c.who == own.who)
             .unwrap_or(&onlooker);
-        let findings = self.observer.judge(mine, &read.claims, now);
-        self.judge_backfill(shm, &who, backfill, &read.claims, now);
-        // On a Citus worker, where the coordinator's metadata puts it. A
-        // coordinator out of reach changes nothing: a refusal stands, over
-        // restarts too (a removed node is often cut off from its old
-        // cluster). Nor does a worker id not read this time.
-        // Only the coordinator's answer changes the remembered refusal; it
-        // is not applied while the worker id is not Citus's group id (a
-        // setting changed, or failing to load), and not forgotten either.
+        let findings = self.observer.judge(mine, claims, now);
+        self.judge_backfill(shm, &own.who, own.backfill, claims, now);
+        findings
+    }
+
+    /// On a Citus worker, where the coordinator's metadata puts it. A
+    /// coordinator out of reach changes nothing: a refusal stands, over
+    /// restarts too (a removed node is often cut off from its old cluster).
+    /// Nor does a worker id not read this time. Only the coordinator's
+    /// answer changes the remembered refusal; it is not applied while the
+    /// worker id is not Citus's group id (a setting changed, or failing to
+    /// load), and not forgotten either.
+    fn follow_place(&mut self, claimed: Option<u32>) {
         if !worker_id::follows_citus() {
             self.place = None;
         } else if let Some(w) = claimed {
@@ -298,21 +359,6 @@ impl Keeper {
                 }
                 self.place = verdict;
             }
-        }
-        self.report_place();
-        let place = self.place.clone().filter(|f| f.class == Class::NotReady);
-        let handover = claimed.and_then(|w| self.handover(w, now));
-        let moving = self.moving(shm);
-        self.publish(
-            shm,
-            &findings,
-            place.or(moving).or(handover).or_else(|| self.place.clone()),
-            now,
-        );
-        // Judged once: where the first ID waited for this (on Citus), the
-        // worker id is now this server's to issue with, or refused above.
-        if let Some(w) = claimed {
-            worker_id::settle_judged(shm, w);
         }
     }
 

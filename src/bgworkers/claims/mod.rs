@@ -104,39 +104,7 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
     let Some(shm) = enter(BgWorker::Claims) else {
         return;
     };
-    let db = match settings::claims_database() {
-        Some(db) => Database::Named(db),
-        // A Citus node without a claims database: the database whose Citus
-        // metadata this node belongs to, once a backend has read it there
-        // (the first ID, or the status, drawn or read there).
-        None => loop {
-            if signals::terminating() {
-                process::exit(1);
-            }
-            if let Some(oid) = shm.claims.offered_database() {
-                break Database::Citus(oid);
-            }
-            // IDs go on meanwhile only where the worker id was settled
-            // without the Citus database: from the settings, or before that
-            // database was dropped.
-            if worker_id::in_force(shm).is_some() {
-                let why = if shm.claims.forgotten() {
-                    "the Citus database it was kept in was dropped"
-                } else {
-                    "no session has drawn an ID or read the status in this node's Citus database since the server started"
-                };
-                shm.claims.trouble().set(
-                    &Failure::new(
-                        Class::Warning,
-                        format!("this server's worker-id claim is not kept: {why}"),
-                    )
-                    .hint("The first ID drawn, or status read, in this node's Citus database tells the claims worker where to keep it.")
-                    .to_text(),
-                );
-            }
-            sleep_on_latch(100);
-        },
-    };
+    let db = database_to_keep(shm);
     // Stays if the connection fails (FATAL ends this process; the
     // postmaster starts it again in 5 s), so the status says why.
     shm.claims.trouble().set(
@@ -190,6 +158,43 @@ pub extern "C-unwind" fn snowflake_claims_main(_arg: pg_sys::Datum) {
         keeper.group_read = !matches!(group, Group::Unread);
         keeper.refresh(shm);
         sleep_on_latch(REFRESH_MS);
+    }
+}
+
+/// The database the claims are kept in: the claims database named in the
+/// settings, or on a Citus node without one, the database whose Citus
+/// metadata this node belongs to, once a backend has read it there (the
+/// first ID, or the status, drawn or read there); waited for until then.
+fn database_to_keep(shm: &Shmem) -> Database {
+    if let Some(db) = settings::claims_database() {
+        return Database::Named(db);
+    }
+    loop {
+        if signals::terminating() {
+            process::exit(1);
+        }
+        if let Some(oid) = shm.claims.offered_database() {
+            return Database::Citus(oid);
+        }
+        // IDs go on meanwhile only where the worker id was settled without
+        // the Citus database: from the settings, or before that database
+        // was dropped.
+        if worker_id::in_force(shm).is_some() {
+            let why = if shm.claims.forgotten() {
+                "the Citus database it was kept in was dropped"
+            } else {
+                "no session has drawn an ID or read the status in this node's Citus database since the server started"
+            };
+            shm.claims.trouble().set(
+                &Failure::new(
+                    Class::Warning,
+                    format!("this server's worker-id claim is not kept: {why}"),
+                )
+                .hint("The first ID drawn, or status read, in this node's Citus database tells the claims worker where to keep it.")
+                .to_text(),
+            );
+        }
+        sleep_on_latch(100);
     }
 }
 
