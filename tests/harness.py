@@ -484,6 +484,18 @@ def servers():
             s.destroy()
 
 
+def started(made, name, extension=False, **kw):
+    """A Server (`Server(name, **kw)`), put in `made` (a `servers()` list,
+    which prints its log if the block fails and destroys it afterwards) and
+    started; with `extension`, with the extension created in it."""
+    s = Server(name, **kw)
+    made.append(s)
+    s.start()
+    if extension:
+        s.sql("CREATE EXTENSION snowflake_id")
+    return s
+
+
 @contextlib.contextmanager
 def server(name, **kw):
     """A started server with the extension created, destroyed afterwards."""

@@ -22,7 +22,7 @@ import threading
 
 import pytest
 from citus_cluster import add, node, start_cluster, status, wait_issues, wait_refreshes, workers_of
-from harness import Deadline, Server, Window, let_run, servers, wait_until, wall_clock
+from harness import Deadline, Window, let_run, servers, started, wait_until, wall_clock
 
 
 @pytest.fixture(scope="module")
@@ -606,6 +606,78 @@ def test_a_worker_restarted_and_not_asked_for_an_id_yet_is_no_problem_in_the_vie
     settled(cluster)
 
 
+def test_a_worker_restarted_is_one_server_to_the_others_not_two(cluster):
+    """A worker restarted writes a claim of its new start beside the one of
+    its last (ended at its shutdown, then deleted): the same data directory
+    in turn. The other nodes judge both until the old one is stale (10 s
+    after they last saw it change); issue 51: for those 10 s they said
+    "worker id 1 is claimed by two live servers", naming the restarted node
+    and its own stopped claim. Looked at from every other node, by status
+    and by the cluster view, from the restart until each has judged twice
+    after the old claim went stale."""
+    c, w1, _, _ = cluster
+    settled(cluster)
+    others = [s for s in every_node(cluster) if s is not w1]
+    logged = {s.name: len(s.log_text()) for s in others}
+    w1.restart()
+    assert workers_of(c, [wait_issues(w1)]) == {1}
+    seen = []
+
+    def look():
+        for s in others:
+            problem = status(s)[2] or ""
+            if "two live servers" in problem or "also claimed" in problem:
+                seen.append((s.name, problem))
+        for group, row in cluster_status(c).items():
+            if "two live servers" in (row[3] or ""):
+                seen.append((f"view of group {group}", row[3]))
+
+    # The old claim is stale 10 s after its last change, by each judge's
+    # clock: looked at throughout (how many looks fit decides nothing), then
+    # until each node finished two refreshes begun after it.
+    window = Window(11)
+    while window.open():
+        look()
+    since = {s.name: s.one("SELECT clock_timestamp()") for s in others}
+    for s in others:
+        wait_refreshes(s, since[s.name])
+    look()
+    assert seen == [], seen[:3]
+    for s in others:
+        assert "two live servers" not in s.log_text()[logged[s.name]:], s.name
+
+
+def test_a_backfill_worker_id_that_is_another_nodes_group_refuses_backfills_alone(cluster):
+    """w2 given w1's group id as its backfill worker id: w2 refuses its
+    backfills (w1 issues under 1 live) and goes on issuing under 2; w1 has
+    nothing to say (issue 51: it said both issue the same IDs, though only
+    w2's backfills are refused); the coordinator, an onlooker, names the
+    pair and which of the two is a backfill."""
+    c, w1, w2, _ = cluster
+    settled(cluster)
+    logged = len(w1.log_text())
+    w2.sql("ALTER SYSTEM SET snowflake_id.backfill_worker_id = 1")
+    w2.reload_and_wait()
+    try:
+        w2.wait_for("SELECT problem LIKE '%the backfill worker id 1 is also claimed by the live server%'"
+                    " FROM snowflake_id.snowflake_status", what=lambda: f"w2 never refused: {status(w2)}")
+        code, message = w2.error("SELECT snowflake_nextval_at('2025-02-01')")[:2]
+        assert code == "55000" and "backfills are refused" in message, message
+        assert workers_of(c, [w2.one("SELECT snowflake_nextval()")]) == {2}
+        c.wait_for("SELECT problem LIKE '%worker id 1 is claimed by two live servers%(as its backfill worker id)%'"
+                   " FROM snowflake_id.snowflake_status", what=lambda: f"the coordinator never saw it: {status(c)}")
+        # w1 has judged w2's claims since (two whole refreshes), and says nothing.
+        since = w1.one("SELECT clock_timestamp()")
+        wait_refreshes(w1, since)
+        assert status(w1)[2] is None, status(w1)
+        assert workers_of(c, [w1.one("SELECT snowflake_nextval()")]) == {1}
+        assert "both issue the same IDs" not in w1.log_text()[logged:]
+    finally:
+        w2.sql("ALTER SYSTEM RESET snowflake_id.backfill_worker_id")
+        w2.reload_and_wait()
+    settled(cluster)
+
+
 def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluster):
     c, w1, w2, made = cluster
     settled(cluster)
@@ -682,10 +754,7 @@ def test_the_cluster_view_shows_every_node_and_what_is_wrong_between_them(cluste
 
 def test_the_cluster_view_needs_citus_and_the_monitoring_role():
     with servers() as made:
-        s = Server("citus-none")
-        made.append(s)
-        s.start()
-        s.sql("CREATE EXTENSION snowflake_id")
+        s = started(made, "citus-none", extension=True)
         code, message, hint = s.error("SELECT * FROM snowflake_cluster_status()")
         assert code == "55000" and "needs Citus" in message and "CREATE EXTENSION citus" in hint
         s.sql("CREATE ROLE app LOGIN")

@@ -30,7 +30,7 @@ import threading
 import harness
 import pytest
 from citus_cluster import add, node, start_cluster, status, wait_issues, wait_refreshes, workers_of
-from harness import Deadline, Server, servers, wait_until
+from harness import Deadline, servers, started, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,7 @@ def standby_of(made, origin, name):
             f"host=localhost port={origin.port} user=postgres application_name=localhost",
             "-D", data, "-X", "stream", "-c", "fast", "--no-sync", "-R"])
     # The origin's settings, not the harness's worker id for a lone server.
-    s = Server(name, copy_of=origin, copy_with=copy, conf={"snowflake_id.worker_id": None})
-    made.append(s)
-    s.start()
+    s = started(made, name, copy_of=origin, copy_with=copy, conf={"snowflake_id.worker_id": None})
     origin.wait_for("SELECT EXISTS (SELECT FROM pg_stat_replication"
                     " WHERE application_name = 'localhost' AND state = 'streaming')",
                     what=f"{name} never streamed from {origin.name}")
@@ -391,6 +389,44 @@ def test_a_node_added_again_moves_to_its_new_group_without_a_restart(cluster):
             w1.sql(local + original)
         c.sql("SELECT citus_remove_node('localhost', %s)", (again.port,))
         again.stop()
+
+
+def test_a_node_whose_own_metadata_holds_an_old_group_is_named_with_the_command_that_syncs_it(cluster):
+    """A node added again whose own metadata still holds its old group id (an
+    older copy of its data directory started at its address, or a sync that
+    never reached it) issues under the old one. The view says so with the
+    command that mends it, and the command works pasted (issue 51: the text
+    said the node "moves to the new group within 2 s", which it never did).
+    `citus_activate_node` writes the node's group id into its
+    `pg_dist_local_group` (Citus 13.2.2 `metadata/node_metadata.c`:
+    `ActivateNodeList` -> `UpdateLocalGroupIdsViaMetadataContext` ->
+    `LocalGroupIdUpdateCommand`)."""
+    c, _, _, made = cluster
+    stale = node(made, "nodeops-stale")
+    add(c, stale)
+    first = group_of(c, stale)
+    c.sql("SELECT citus_remove_node('localhost', %s)", (stale.port,))
+    add(c, stale)
+    second = group_of(c, stale)
+    assert second != first
+    try:
+        # Its own metadata as the older copy holds it: the group it had.
+        stale.sql(f"UPDATE pg_dist_local_group SET groupid = {first}")
+        stale.wait_for(f"SELECT worker_id = {first} FROM snowflake_id.snowflake_status",
+                       what=lambda: f"it never went back to {first}: {status(stale)}")
+        assert workers_of(c, [wait_issues(stale)]) == {first}
+        problem = cluster_view(c)[stale.port][4]
+        assert f"it issues IDs under worker id {first}, but its group id here is {second}" in problem, problem
+        command = re.search(r"(SELECT citus_activate_node\([^)]*\))", problem).group(1)
+        c.sql(command)
+        stale.wait_for(f"SELECT worker_id = {second} FROM snowflake_id.snowflake_status",
+                       what=lambda: f"it never moved to {second}: {status(stale)}")
+        assert workers_of(c, [wait_issues(stale)]) == {second}
+        c.wait_for(f"SELECT problem IS NULL FROM snowflake_cluster_status() WHERE nodeport = {stale.port}",
+                   what=lambda: f"{cluster_view(c).get(stale.port)}")
+    finally:
+        c.sql("SELECT citus_remove_node('localhost', %s)", (stale.port,))
+        stale.stop()
 
 
 def test_the_view_lists_an_unnamed_coordinator_and_a_disabled_node_that_issues(cluster):

@@ -17,12 +17,11 @@ the newest major the one before it), upgraded to PG_BIN's newer major."""
 
 import glob
 import os
-import subprocess
 
 import pytest
 
 from copies import CLOCK_BEHIND_S, SCHEMA, check_copy, fill
-from harness import PG_BIN, Server, _as_postgres, pg_major, servers, wait_until
+from harness import PG_BIN, Server, _as_postgres, pg_major, servers, started, wait_until
 
 OLD_BIN = os.environ.get("SNOWFLAKE_UPGRADE_FROM_BIN")
 
@@ -33,9 +32,7 @@ def test_pg_upgrade_link_with_claims_is_floored_by_the_extension_and_keeps_issui
     new_major, old_major = pg_major(PG_BIN), pg_major(OLD_BIN)
     assert old_major < new_major
     with servers() as made:
-        old = Server("pgup-old", conf=claims, bin=OLD_BIN)
-        made.append(old)
-        old.start()
+        old = started(made, "pgup-old", conf=claims, bin=OLD_BIN)
         old.sql("CREATE DATABASE claims")
         old.sql("CREATE EXTENSION snowflake_id", dbname="claims")
         old.sql(SCHEMA)

@@ -8,7 +8,7 @@ import random
 import threading
 
 import psycopg2
-from harness import PROGRAM_TIMEOUT, Deadline, Server, Window, servers, wait_until
+from harness import PROGRAM_TIMEOUT, Deadline, Server, Window, servers, started, wait_until
 
 BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
 HIST = "CREATE TABLE hist (id bigint PRIMARY KEY, at timestamptz NOT NULL)"
@@ -77,10 +77,7 @@ class Backfills:
 
 
 def primary(made, name):
-    p = Server(name, conf=BACKFILL)
-    made.append(p)
-    p.start()
-    p.sql("CREATE EXTENSION snowflake_id")
+    p = started(made, name, conf=BACKFILL, extension=True)
     p.sql(HIST)
     return p
 
@@ -151,10 +148,7 @@ def test_a_standby_promoted_keeps_the_worker_ids_its_primary_issued_live_under()
     promoted with worker 1, then 2, retired on its primary refuses to
     backfill under either at the times it was live, its clock an hour behind."""
     with servers() as made:
-        p = Server("bfr-live-primary")
-        made.append(p)
-        p.start()
-        p.sql("CREATE EXTENSION snowflake_id")
+        p = started(made, "bfr-live-primary", extension=True)
         p.sql("CREATE TABLE old AS SELECT i AS id FROM snowflake_nextval_batch(2000) i")
         s = Server("bfr-live-standby", copy_of=p, standby=True, faketime=True)
         made.append(s)

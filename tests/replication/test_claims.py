@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from claims_cluster import (apply_errors, dsn, load, load_both, problem, publish, subscribe, sysid, wait_claims,
                             wait_problem, wait_refreshes, wait_rows, writer)
-from harness import PG_BIN, Server, Stopwatch, pg_major, servers, wait_until
+from harness import PG_BIN, Stopwatch, pg_major, servers, started, wait_until
 
 def test_fan_in_with_distinct_worker_ids_is_exact_and_quiet():
     with servers() as made:
@@ -214,9 +214,7 @@ def test_a_split_brain_after_promotion_stops_the_old_primary_where_the_claims_me
     with servers() as made:
         p = writer(made, "claims-split-p", 5)
         publish(p, "claims", tables="")
-        s = Server("claims-split-s", copy_of=p, standby=True, conf={"cluster_name": "'claims-split-s'"})
-        made.append(s)
-        s.start()
+        s = started(made, "claims-split-s", copy_of=p, standby=True, conf={"cluster_name": "'claims-split-s'"})
         load(p, seconds=1)
         s.wait_for("SELECT count(*) > 0 FROM t", what="the standby did not catch up")
         # The old primary's first claim can come after the load's rows (its
@@ -250,9 +248,7 @@ def test_a_base_backup_running_beside_its_original_is_found_where_their_claims_m
     with servers() as made:
         p = writer(made, "claims-copy-p", 5)
         publish(p, "pub")
-        c = Server("claims-copy-c", copy_of=p, conf={"cluster_name": "'claims-copy-c'"})
-        made.append(c)
-        c.start()
+        c = started(made, "claims-copy-c", copy_of=p, conf={"cluster_name": "'claims-copy-c'"})
         r = writer(made, "claims-copy-r", 7)
         subscribe(r, "from_p", p, "pub")
         subscribe(r, "from_c", c, "pub", copy_data=False)

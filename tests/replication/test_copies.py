@@ -20,7 +20,7 @@ import re
 import pytest
 
 from copies import ALL_IDS, CLOCK_BEHIND_S, COVERED, SCHEMA, a_second_past_the_last_id, check_copy, copy_floors, fill
-from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers
+from harness import PG_BIN, SYSTEM_PG_BIN, Server, _as_postgres, application_role, servers, started
 
 
 # Debian's own PostgreSQL: the dump's source wherever the suite runs, so
@@ -32,9 +32,7 @@ SYSTEM_BIN = SYSTEM_PG_BIN
 
 
 def original(made, name, conf=None, bin=None):
-    s = Server(name, conf=conf, bin=bin)
-    made.append(s)
-    s.start()
+    s = started(made, name, conf=conf, bin=bin)
     s.sql(SCHEMA)
     return s, fill(s)
 
@@ -188,9 +186,7 @@ def test_a_subscription_dropped_while_a_table_is_being_copied_is_noted():
     commit between the extension's look and the drop, so the record is told
     all the same, and the next ID floors."""
     with servers() as made:
-        a = Server("copying-a", conf={"wal_level": "logical"})
-        made.append(a)
-        a.start()
+        a = started(made, "copying-a", conf={"wal_level": "logical"})
         a.sql(SCHEMA)
         a.sql("INSERT INTO t (n) SELECT g FROM generate_series(1, 100) g")
         a.sql("CREATE PUBLICATION pub FOR TABLE t")
@@ -298,9 +294,7 @@ def data_rows(s, table):
 
 def test_an_ordinary_restart_and_a_new_database_read_no_data():
     with servers() as made:
-        s = Server("floors-plain")
-        made.append(s)
-        s.start()
+        s = started(made, "floors-plain")
         s.sql(SCHEMA)
         fill(s, rows=100)
         s.restart()
@@ -327,9 +321,7 @@ def test_a_database_owner_dumps_and_restores_and_gains_nothing():
     never as a superuser; a view with a generating default is not read;
     the record's rows a role writes can ask for a floor, never spare one."""
     with servers() as made:
-        a = Server("floors-sec-a")
-        made.append(a)
-        a.start()
+        a = started(made, "floors-sec-a")
         application_role(a)
         # A table the application cannot read.
         a.sql("CREATE TABLE hidden (id bigint PRIMARY KEY DEFAULT snowflake_nextval())", dbname="appdb")

@@ -16,7 +16,7 @@ import threading
 
 import psycopg2
 import pytest
-from harness import PROGRAM_TIMEOUT, TIMEOUT, WORK, Deadline, Server, Window, _as_postgres, servers, wait_until
+from harness import PROGRAM_TIMEOUT, TIMEOUT, WORK, Deadline, Server, Window, _as_postgres, servers, started, wait_until
 
 LOAD_S = 1.5
 TABLE = "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), at timestamptz DEFAULT clock_timestamp())"
@@ -122,10 +122,7 @@ def compare(old, new, replayed=()):
 def primary(made, name, conf=None):
     """A primary that already issued IDs: copies made from it carry a state
     file whose mark is older than the IDs it issues next, as in production."""
-    p = Server(name, conf=conf)
-    made.append(p)
-    p.start()
-    p.sql("CREATE EXTENSION snowflake_id")
+    p = started(made, name, conf=conf, extension=True)
     p.sql(TABLE)
     p.sql("INSERT INTO t SELECT FROM generate_series(1, 1000)")
     return p
@@ -321,10 +318,7 @@ def test_point_in_time_recovery_with_its_clock_behind():
 
 def test_crash_recovery_without_the_state_file():
     with servers() as made:
-        srv = Server("crash-nofile", faketime=True)
-        made.append(srv)
-        srv.start()
-        srv.sql("CREATE EXTENSION snowflake_id")
+        srv = started(made, "crash-nofile", faketime=True, extension=True)
         srv.sql(TABLE)
         old = Load(srv, seconds=4).join()
         # A checkpoint after the load: recovery starts after every mark the

@@ -11,7 +11,7 @@ import random
 import threading
 
 import psycopg2
-from harness import Server, Stopwatch, let_run, server, servers, wait_until
+from harness import Stopwatch, let_run, server, servers, started, wait_until
 
 BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
 HIST = "CREATE TABLE hist (id bigint PRIMARY KEY, at timestamptz NOT NULL, live boolean NOT NULL DEFAULT false)"
@@ -221,10 +221,7 @@ def test_concurrent_overlapping_backfills_beside_live_inserts_never_repeat():
 
 def test_a_backfill_killed_mid_way_and_run_again_repeats_nothing():
     with servers() as made:
-        s = Server("bf-kill", conf=BACKFILL, faketime=True)
-        made.append(s)
-        s.start()
-        s.sql("CREATE EXTENSION snowflake_id")
+        s = started(made, "bf-kill", conf=BACKFILL, faketime=True, extension=True)
         s.sql(HIST)
         times = ("SELECT timestamptz '2025-02-01' + g * interval '250 us' AS t FROM generate_series(1, {n}) g")
         # Before: committed rows and IDs handed out without a row.

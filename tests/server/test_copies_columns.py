@@ -12,7 +12,7 @@ it, so a floor that missed the column would issue below it."""
 import re
 import threading
 
-from harness import Server, pg_major, server, servers, wait_until
+from harness import pg_major, server, servers, started, wait_until
 
 COLUMNS = """
 CREATE DOMAIN id1 AS bigint;
@@ -244,9 +244,7 @@ def test_a_restart_or_crash_after_a_floor_ahead_of_the_clock_issues_in_every_dat
         s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
         s.sql("CREATE DATABASE other")
         s.sql("CREATE EXTENSION snowflake_id", dbname="other")
-        standby = Server("copies-restart-standby", copy_of=s, standby=True)
-        made.append(standby)
-        standby.start()
+        standby = started(made, "copies-restart-standby", copy_of=s, standby=True)
         v = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '40 min')")
         s.sql(f"INSERT INTO t (id) VALUES ({v})")
         ask_for_a_floor(s, 1)
@@ -347,9 +345,7 @@ def test_a_promoted_standby_keeps_the_stop_of_set_aside_ids():
         s.sql("CREATE DATABASE other")
         s.sql("CREATE EXTENSION snowflake_id", dbname="other")
         assert s.one("SELECT snowflake_nextval() > 0", dbname="other") is True
-        standby = Server("copies-stop-standby", copy_of=s, standby=True, faketime=True)
-        made.append(standby)
-        standby.start()
+        standby = started(made, "copies-stop-standby", copy_of=s, standby=True, faketime=True)
         far = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '2 hours')")
         s.sql(f"INSERT INTO t VALUES ({far})")
         ask_for_a_floor(s, 1)

@@ -7,7 +7,7 @@ import contextlib
 import datetime
 
 import psycopg2
-from harness import Deadline, Server, server, servers, wall_clock
+from harness import Deadline, server, servers, started, wall_clock
 
 UTC = datetime.timezone.utc
 
@@ -59,10 +59,7 @@ def test_the_last_tick_ends_generation_with_an_error_never_a_wrap():
     end = datetime.datetime.fromtimestamp(int(wall_clock()) + 1800, UTC)
     conf = {**layout_ending_at(end, 12), "snowflake_id.max_lead": "'1h'"}
     with servers() as made:
-        srv = Server("end-error", conf=conf, faketime=True)
-        made.append(srv)
-        srv.start()
-        srv.sql("CREATE EXTENSION snowflake_id")
+        srv = started(made, "end-error", conf=conf, faketime=True, extension=True)
         lead = 20
         conn = srv.connect()
         cur = conn.cursor()

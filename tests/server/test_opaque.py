@@ -9,7 +9,7 @@ import secrets
 import shutil
 
 import psycopg2
-from harness import WORK, Server, _as_postgres, application_role, server, servers, write_opaque_keys
+from harness import WORK, Server, _as_postgres, application_role, server, servers, started, write_opaque_keys
 
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 KEYS = "opaque.keys"
@@ -263,9 +263,7 @@ def test_a_key_file_named_in_the_configuration_file_is_in_force_from_the_first_s
         assert s.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42
         # A standby with the same configuration (the copy's postgresql.conf
         # names the same file, outside the data directory), promoted.
-        standby = Server("opaque-conf-standby", copy_of=s, standby=True)
-        made.append(standby)
-        standby.start()
+        standby = started(made, "opaque-conf-standby", copy_of=s, standby=True)
         standby.promote()
         standby.wait_for("SELECT NOT pg_is_in_recovery()")
         assert standby.one("SELECT snowflake_from_opaque(%s)", (first,)) == 42

@@ -20,8 +20,8 @@ import threading
 
 import psycopg2
 import pytest
-from harness import PROGRAM_TIMEOUT, REPO, Deadline, Server, Window, drivers_python, servers, wait_until
-from claims_cluster import dsn, problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
+from harness import PROGRAM_TIMEOUT, REPO, Deadline, Server, Window, drivers_python, servers, started, wait_until
+from claims_cluster import problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
 
 
 def judged(s, name):
@@ -70,7 +70,7 @@ def test_rows_that_cannot_be_judged_arrive_by_replication_and_the_others_still_c
         # a, which receives nothing, keeps refreshing its own claim and shows
         # the first row it skips.
         assert "skipped" in problem(a), problem(a)
-        first = a.one(f"SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'poison-a'")
+        first = a.one("SELECT last_seen FROM snowflake_id.snowflake_claims WHERE name = 'poison-a'")
         a.wait_for(f"SELECT last_seen > '{first}' FROM snowflake_id.snowflake_claims WHERE name = 'poison-a'")
 
 
@@ -152,10 +152,7 @@ def test_the_extension_made_again_on_a_publisher_breaks_no_subscription_and_chan
 
 def test_a_template_database_is_refused_and_create_database_keeps_working():
     with servers() as made:
-        s = Server("claims-template1", conf={"snowflake_id.claims_database": "'template1'"})
-        made.append(s)
-        s.start()
-        s.sql("CREATE EXTENSION snowflake_id")
+        s = started(made, "claims-template1", conf={"snowflake_id.claims_database": "'template1'"}, extension=True)
         s.wait_for("SELECT problem LIKE '%names the template database \"template1\"%' FROM snowflake_id.snowflake_status")
         for i in range(5):
             s.sql(f"CREATE DATABASE copy{i}")
@@ -261,10 +258,7 @@ def test_a_command_ended_by_fatal_while_the_worker_is_away_lets_it_back():
 def claims_in_a_database_of_its_own(made, name):
     """A server keeping claims in the database `claims`, which the role
     `owner` owns; returned once the claim is kept there."""
-    s = Server(name, conf={"snowflake_id.claims_database": "'claims'"})
-    made.append(s)
-    s.start()
-    s.sql("CREATE EXTENSION snowflake_id")
+    s = started(made, name, conf={"snowflake_id.claims_database": "'claims'"}, extension=True)
     s.sql("CREATE ROLE owner LOGIN CREATEDB")
     s.sql("CREATE DATABASE claims OWNER owner")
     s.sql("CREATE EXTENSION snowflake_id", dbname="claims")

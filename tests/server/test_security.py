@@ -20,7 +20,7 @@ import os
 
 import psycopg2
 import pytest
-from harness import Server, Stopwatch, pg_major, servers, wait_until
+from harness import Server, Stopwatch, pg_major, servers, started, wait_until
 
 # The claims worker's refreshes (one each 2 s) watched for a trap to run.
 WATCHED_REFRESHES = 4
@@ -96,10 +96,7 @@ def refreshes(srv, db, n, table="snowflake_id.snowflake_claims"):
 
 
 def claims_server(made, name, db="claims", **conf):
-    srv = Server(name, conf={"snowflake_id.claims_database": f"'{db}'", **conf})
-    made.append(srv)
-    srv.start()
-    srv.sql("CREATE EXTENSION snowflake_id")
+    srv = started(made, name, conf={"snowflake_id.claims_database": f"'{db}'", **conf}, extension=True)
     return srv
 
 
@@ -315,9 +312,7 @@ def test_overloads_planted_by_any_role_where_public_is_open_never_run_as_the_wor
 
 def test_snowflake_convert_by_a_superuser_runs_no_one_elses_code_with_its_rights():
     with servers() as made:
-        srv = Server("sec_convert")
-        made.append(srv)
-        srv.start()
+        srv = started(made, "sec_convert")
         srv.sql("CREATE ROLE mallory LOGIN")
         srv.sql("CREATE ROLE app LOGIN")
         srv.sql("CREATE DATABASE shop OWNER mallory")
@@ -350,9 +345,7 @@ def test_snowflake_convert_by_a_superuser_runs_no_one_elses_code_with_its_rights
 
 def test_a_table_owner_converts_their_own_table_and_no_one_else_can():
     with servers() as made:
-        srv = Server("sec_owner_converts")
-        made.append(srv)
-        srv.start()
+        srv = started(made, "sec_owner_converts")
         srv.sql("CREATE ROLE app LOGIN; CREATE ROLE other LOGIN")
         srv.sql("CREATE EXTENSION snowflake_id")
         srv.sql("GRANT CREATE ON SCHEMA public TO app")
@@ -463,9 +456,7 @@ def test_settings_a_table_owners_code_changes_reach_neither_later_steps_nor_the_
     leaked, planted, kept = (("standard_conforming_strings", "off", "on") if pg_major() < 19
                              else ("datestyle", "SQL, DMY", "ISO, MDY"))
     with servers() as made:
-        srv = Server("sec_guc")
-        made.append(srv)
-        srv.start()
+        srv = started(made, "sec_guc")
         srv.sql("CREATE ROLE mallory LOGIN; CREATE ROLE alice LOGIN")
         srv.sql("CREATE EXTENSION snowflake_id")
         srv.sql("CREATE SCHEMA m AUTHORIZATION mallory; CREATE SCHEMA a AUTHORIZATION alice")
@@ -507,10 +498,7 @@ def test_settings_a_table_owners_code_changes_reach_neither_later_steps_nor_the_
 
 def test_a_view_made_again_that_would_call_a_planted_overload_is_refused():
     with servers() as made:
-        srv = Server("sec_overload")
-        made.append(srv)
-        srv.start()
-        srv.sql("CREATE EXTENSION snowflake_id")
+        srv = started(made, "sec_overload", extension=True)
         srv.sql("""CREATE FUNCTION public.label(integer) RETURNS text LANGUAGE sql AS 'SELECT $1::text';
             CREATE TABLE t (id serial PRIMARY KEY); CREATE VIEW v AS SELECT id, public.label(id) FROM t;
             CREATE FUNCTION public.label(bigint) RETURNS text LANGUAGE sql AS 'SELECT ''planted''';""")
@@ -523,10 +511,7 @@ def test_a_view_made_again_that_would_call_a_planted_overload_is_refused():
 
 def test_a_constraint_or_index_rebuilt_with_a_planted_overload_is_refused():
     with servers() as made:
-        srv = Server("sec_rebuilt")
-        made.append(srv)
-        srv.start()
-        srv.sql("CREATE EXTENSION snowflake_id")
+        srv = started(made, "sec_rebuilt", extension=True)
         for what, table in (("constraint", "CREATE TABLE t (id serial PRIMARY KEY CHECK (public.valid(id)))"),
                             ("index", "CREATE TABLE t (id serial PRIMARY KEY); CREATE INDEX t_f ON t (public.f(id))")):
             srv.sql("DROP TABLE IF EXISTS t; DROP FUNCTION IF EXISTS public.valid(bigint), public.f(bigint);"
@@ -543,9 +528,7 @@ def test_a_constraint_or_index_rebuilt_with_a_planted_overload_is_refused():
 
 def test_a_partition_owned_by_another_role_is_refused():
     with servers() as made:
-        srv = Server("sec_partition")
-        made.append(srv)
-        srv.start()
+        srv = started(made, "sec_partition")
         srv.sql("CREATE EXTENSION snowflake_id; CREATE ROLE bob LOGIN; CREATE ROLE eve LOGIN; GRANT eve TO bob")
         srv.sql("GRANT CREATE ON SCHEMA public TO bob, eve")
         srv.sql("CREATE TABLE items (id serial PRIMARY KEY) PARTITION BY HASH (id)", user="bob")
