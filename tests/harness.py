@@ -435,6 +435,15 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def install_0_1_0_script(bin_dir=None):
+    """The released 0.1.0 install script, as a server that had 0.1.0
+    installed holds it, for a test that creates the extension at 0.1.0: each
+    such test installs it itself, whatever ran before it on this major."""
+    share = subprocess.run([f"{bin_dir or PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+
+
 def write_opaque_keys(s, text, mode=0o600, inside=False):
     """Writes an opaque ID key file for `s` as its operator would: outside the
     data directory unless `inside`, owned by postgres, written whole and

@@ -1,19 +1,7 @@
 """ALTER EXTENSION snowflake_id UPDATE from 0.1.0: generation continues
 above the IDs issued under 0.1.0, and what 0.2.0 adds works."""
 
-import os
-import shutil
-import subprocess
-
-from harness import PG_BIN, Server
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def install_0_1_0_script():
-    """The released install script, as a server that had 0.1.0 installed holds it."""
-    share = subprocess.run([f"{PG_BIN}/pg_config", "--sharedir"], capture_output=True, text=True, check=True).stdout.strip()
-    shutil.copy(os.path.join(REPO, "sql", "snowflake_id--0.1.0.sql"), os.path.join(share, "extension"))
+from harness import Server, install_0_1_0_script
 
 
 def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():

@@ -10,7 +10,7 @@ it would wait, and with `lock_timeout` set it fails at once (55P03)."""
 import threading
 
 import psycopg2
-from harness import pg_major, server, wait_until
+from harness import install_0_1_0_script, pg_major, server, wait_until
 
 NO_WAIT = "SET lock_timeout = 1; "
 
@@ -304,6 +304,7 @@ def test_no_role_can_stand_in_for_the_record_where_the_extension_has_none():
     one of that name, with a view whose function makes its caller a
     superuser. The extension reads only its own table: the next ID is
     refused until the update, as before, and the view is never read."""
+    install_0_1_0_script()
     with server("checks-impostor") as s:
         s.sql("CREATE DATABASE old")
         s.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'", dbname="old")
