@@ -39,6 +39,20 @@ INSERT INTO hist (id, at, n) SELECT i, '2025-02-01 00:00:01+00', {n}
 BACKFILL_WORKER_ID = 1023
 
 
+def arrived(s, dbname, ids, system_identifier, table="t", key=True):
+    """Database `dbname`, made with the extension and a table `table` (a
+    bigint ID column, a primary key with `key`, else none, so a floor reads
+    every row) holding `ids`, and the record's row a restored dump of server
+    `system_identifier` would bring: its next ID floors."""
+    s.sql(f"CREATE DATABASE {dbname}")
+    s.sql("CREATE EXTENSION snowflake_id", dbname=dbname)
+    s.sql(f"CREATE TABLE {table} (id bigint {'PRIMARY KEY ' if key else ''}DEFAULT snowflake_nextval(), n int)",
+          dbname=dbname)
+    s.sql(f"INSERT INTO {table} (id, n) SELECT i, 1 FROM unnest(%s::bigint[]) i", (list(ids),), dbname=dbname)
+    s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (%s)", (system_identifier,),
+          dbname=dbname)
+
+
 def backfill_history(s, dbname, n):
     """Sets the backfill worker id (as an operator would, on each server:
     ALTER SYSTEM is not carried by pg_upgrade or a dump) and backfills

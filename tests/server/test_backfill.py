@@ -11,6 +11,7 @@ import random
 import threading
 
 import psycopg2
+from copies import arrived
 from harness import Stopwatch, let_run, server, servers, started, wait_until
 
 BACKFILL = {"snowflake_id.backfill_worker_id": 1023}
@@ -563,12 +564,8 @@ def test_a_backfill_that_is_a_databases_first_call_after_a_copy_floors_first_and
     that database is a backfill: the floor runs before the check, so the
     backfill waits for the word like any later one."""
     with server("bf-first-call", conf=BACKFILL) as s:
-        s.sql("CREATE DATABASE restored")
-        s.sql("CREATE EXTENSION snowflake_id", dbname="restored")
-        s.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)", dbname="restored")
         other = s.one("SELECT snowflake_nextval_at(now() - interval '10 minutes')")
-        s.sql(f"INSERT INTO t VALUES ({other}, 1)", dbname="restored")
-        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (42)", dbname="restored")
+        arrived(s, "restored", [other], 42)
         code, msg, hint = s.error("SELECT snowflake_nextval_at(now() - interval '20 minutes')", dbname="restored")
         assert code == "55000" and "arrived here" in msg, (code, msg)
         assert "SELECT snowflake_vouch_backfill_worker_id(1023);" in hint, hint

@@ -12,6 +12,7 @@ it, so a floor that missed the column would issue below it."""
 import re
 import threading
 
+from copies import arrived
 from harness import pg_major, server, servers, started, wait_until
 
 COLUMNS = """
@@ -286,12 +287,8 @@ def test_a_dropped_database_takes_the_stop_of_its_set_aside_ids_with_it():
     their time; dropped (after a restart, which keeps the stop with their
     IDs unknown), it stops nothing: no ID can repeat them any more."""
     with server("copies-dropped", faketime=True) as s:
-        s.sql("CREATE DATABASE scratch")
-        s.sql("CREATE EXTENSION snowflake_id", dbname="scratch")
-        s.sql("CREATE TABLE t (id bigint DEFAULT snowflake_nextval())", dbname="scratch")
         far = s.one("SELECT snowflake_from_timestamp(clock_timestamp() + interval '2 hours')")
-        s.sql(f"INSERT INTO t VALUES ({far})", dbname="scratch")
-        s.sql("INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES (1100)", dbname="scratch")
+        arrived(s, "scratch", [far], 1100, key=False)
         code, message, _ = s.error("SELECT snowflake_nextval()", dbname="scratch")
         assert code == "55000" and f"public.t.id holds {far}" in message, (code, message)
         s.restart()
@@ -310,12 +307,8 @@ def test_databases_with_set_aside_ids_each_keep_their_own_refusal():
     with server("copies-two", faketime=True) as s:
         far = {}
         for k, (db, hours) in enumerate((("a", 5), ("b", 3))):
-            s.sql(f"CREATE DATABASE {db}")
-            s.sql("CREATE EXTENSION snowflake_id", dbname=db)
-            s.sql(f"CREATE TABLE t_{db} (id bigint DEFAULT snowflake_nextval())", dbname=db)
             far[db] = s.one(f"SELECT snowflake_from_timestamp(clock_timestamp() + interval '{hours} hours')")
-            s.sql(f"INSERT INTO t_{db} VALUES ({far[db]})", dbname=db)
-            s.sql(f"INSERT INTO snowflake_id.snowflake_floors (system_identifier) VALUES ({1200 + k})", dbname=db)
+            arrived(s, db, [far[db]], 1200 + k, table=f"t_{db}", key=False)
         logged = len(s.log_text())
         for _ in range(3):
             for db in far:
