@@ -1,14 +1,13 @@
 """ALTER EXTENSION snowflake_id UPDATE from 0.1.0: generation continues
 above the IDs issued under 0.1.0, and what 0.2.0 adds works."""
 
-from harness import Server, install_0_1_0_script
+from harness import install_0_1_0_script, servers, started
 
 
 def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
     install_0_1_0_script()
-    srv = Server("upgrade")
-    srv.start()
-    try:
+    with servers() as made:
+        srv = started(made, "upgrade")
         srv.sql("CREATE EXTENSION snowflake_id VERSION '0.1.0'")
         srv.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), n int)")
         # IDs 0.1.0 issued (this library does not issue under a 0.1.0
@@ -87,8 +86,6 @@ def test_update_from_0_1_0_keeps_ids_increasing_and_adds_the_new_surface():
         # snowflake_convert pins its search path and turns row security off.
         assert dict((r[0], r[7]) for r in updated)["snowflake_convert(regclass,name,boolean,boolean,boolean)"] \
             == "{\"search_path=pg_catalog, pg_temp\",row_security=off}"
-    finally:
-        srv.destroy()
 
 
 def test_a_schema_named_snowflake_id_is_said_with_a_hint_that_works():
@@ -97,9 +94,8 @@ def test_a_schema_named_snowflake_id_is_said_with_a_hint_that_works():
     stop with 42P06 and a HINT whose statements, run as written by the
     application's role, get through."""
     install_0_1_0_script()
-    srv = Server("schema-clash")
-    srv.start()
-    try:
+    with servers() as made:
+        srv = started(made, "schema-clash")
         srv.sql("CREATE ROLE app LOGIN")
         for db, version in (("fresh_into", None), ("fresh_beside", None), ("update_into", "0.1.0"),
                             ("update_beside", "0.1.0")):
@@ -125,5 +121,3 @@ def test_a_schema_named_snowflake_id_is_said_with_a_hint_that_works():
                 # The column default follows its function into the renamed schema.
                 srv.sql("INSERT INTO t DEFAULT VALUES", **app)
                 assert srv.one("SELECT count(*) FROM t", dbname=db) == 2
-    finally:
-        srv.destroy()

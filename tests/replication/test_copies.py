@@ -257,11 +257,8 @@ def test_a_second_logical_copy_from_a_publisher_with_less_wal_is_floored_too():
     LSN was compared, it was not, and its IDs came again)."""
     ddl = "CREATE TABLE {t} (id bigint PRIMARY KEY DEFAULT snowflake_nextval(), v text)"
     with servers() as made:
-        p1 = Server("lsn-p1", conf={"wal_level": "logical", "snowflake_id.worker_id": 10})
-        p2 = Server("lsn-p2", conf={"wal_level": "logical"})
-        made.extend([p1, p2])
-        p1.start()
-        p2.start()
+        p1 = started(made, "lsn-p1", conf={"wal_level": "logical", "snowflake_id.worker_id": 10})
+        p2 = started(made, "lsn-p2", conf={"wal_level": "logical"})
         p1.sql("CREATE EXTENSION snowflake_id; " + ddl.format(t="a") +
                "; INSERT INTO a (v) SELECT 'a' FROM generate_series(1, 100)")
         # The first publisher's WAL runs far ahead of the second's.

@@ -20,7 +20,7 @@ import threading
 
 import psycopg2
 import pytest
-from harness import PROGRAM_TIMEOUT, REPO, Deadline, Server, Window, drivers_python, servers, started, wait_until
+from harness import PROGRAM_TIMEOUT, REPO, Deadline, Window, drivers_python, server, servers, started, wait_until
 from claims_cluster import problem, publish, subscribe, sysid, wait_claims, wait_problem, writer
 
 
@@ -321,11 +321,8 @@ def test_claims_a_subscription_applies_as_another_role_are_skipped_and_the_rest_
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server("robust-convert", conf={"snowflake_id.worker_id": 3, "wal_level": "logical"})
-    s.start()
-    s.sql("CREATE EXTENSION snowflake_id")
-    yield s
-    s.destroy()
+    with server("robust-convert", conf={"snowflake_id.worker_id": 3, "wal_level": "logical"}) as s:
+        yield s
 
 
 def test_a_repeatable_read_conversion_sees_keys_committed_after_its_snapshot(srv):
