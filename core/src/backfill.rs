@@ -553,36 +553,9 @@ impl Backfiller {
             self.pieces.clear();
             self.used.clear();
         }
-        let found = self
-            .pieces
-            .range(..=tick)
-            .next_back()
-            .map(|(_, p)| *p)
-            .filter(|p| p.hi >= tick);
-        let shape = match found {
-            Some(p) => {
-                let used = match self.used.get(tick) {
-                    Some((serial, used)) if serial == p.serial => used,
-                    _ => 0,
-                };
-                if used + n <= p.width {
-                    self.used.set(tick, (p.serial, used + n));
-                    if let Some(r) = self.recent.as_mut().filter(|r| r.serial == p.serial) {
-                        r.peak = r.peak.max(used + n);
-                    }
-                    return Ok(p.first + used);
-                }
-                if used > 0 {
-                    p.shape.denser(self.ids_per_tick)
-                } else {
-                    p.shape
-                }
-            }
-            None => match self.recent {
-                Some(r) if r.peak * 2 <= r.width => r.shape.sparser(self.start),
-                Some(r) => r.shape,
-                None => self.start,
-            },
+        let shape = match self.from_held(tick, n) {
+            Ok(first) => return Ok(first),
+            Err(shape) => shape,
         };
         // A batch wider than the window: a lease of its tick alone, so that
         // its width is not taken at every tick of a block.
@@ -608,6 +581,50 @@ impl Backfiller {
             n,
             until,
         })?;
+        Ok(self.keep(got, shape, one_off, tick, n))
+    }
+
+    /// The first of `n` numbers at `tick` from a lease held, or the shape
+    /// of the lease to ask for: the held one's, denser where it ran out at
+    /// this tick, or (none held there) the last lease's, sparser where it
+    /// was used to half its width or less.
+    fn from_held(&mut self, tick: u64, n: u64) -> Result<u64, Shape> {
+        let found = self
+            .pieces
+            .range(..=tick)
+            .next_back()
+            .map(|(_, p)| *p)
+            .filter(|p| p.hi >= tick);
+        Err(match found {
+            Some(p) => {
+                let used = match self.used.get(tick) {
+                    Some((serial, used)) if serial == p.serial => used,
+                    _ => 0,
+                };
+                if used + n <= p.width {
+                    self.used.set(tick, (p.serial, used + n));
+                    if let Some(r) = self.recent.as_mut().filter(|r| r.serial == p.serial) {
+                        r.peak = r.peak.max(used + n);
+                    }
+                    return Ok(p.first + used);
+                }
+                if used > 0 {
+                    p.shape.denser(self.ids_per_tick)
+                } else {
+                    p.shape
+                }
+            }
+            None => match self.recent {
+                Some(r) if r.peak * 2 <= r.width => r.shape.sparser(self.start),
+                Some(r) => r.shape,
+                None => self.start,
+            },
+        })
+    }
+
+    /// Keeps the lease `got` (asked in `shape`), of which the first `n`
+    /// numbers at `tick` are taken now; their first.
+    fn keep(&mut self, got: Lease, shape: Shape, one_off: bool, tick: u64, n: u64) -> u64 {
         if self.pieces.len() >= PIECES_CAP || self.used.len() >= TRACKED_CAP {
             self.pieces.clear();
             self.used.clear();
@@ -630,7 +647,7 @@ impl Backfiller {
             });
         }
         self.used.set(tick, (self.serial, n));
-        Ok(got.first)
+        got.first
     }
 
     /// Puts `piece` at `lo`, cutting what it covers out of older pieces.
