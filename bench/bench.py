@@ -860,13 +860,20 @@ def plots(r, out_dir):
 def ab_server(lib_dir):
     """A server of an earlier commit's library, beside this one's and made
     the same way. It finds that library first (dynamic_library_path), as
-    the library's own name, so its background workers load it too; only
-    its snowflake_nextval() is used, created from its C symbol (the
-    commit's SQL is not needed). The commit must know this major."""
-    s = Server("bench-ab", conf={"dynamic_library_path": f"'{lib_dir}:$libdir'"})
+    the library's own name, so its background workers load it too. The
+    extension is made first with this commit's library (a database without
+    the extension's record of floors refuses IDs), its C functions then
+    pointed at the library's bare name, which dynamic_library_path resolves
+    to the earlier one once the server starts again with it. Only
+    snowflake_nextval() is measured; the earlier library must read this
+    commit's state file and export its functions, and know this major."""
+    s = Server("bench-ab")
     s.start()
-    s.sql("CREATE FUNCTION snowflake_nextval() RETURNS bigint STRICT VOLATILE PARALLEL SAFE "
-          "LANGUAGE c AS 'snowflake_id', 'snowflake_nextval_wrapper'")
+    s.sql("CREATE EXTENSION snowflake_id")
+    s.sql("UPDATE pg_catalog.pg_proc SET probin = 'snowflake_id' WHERE probin = '$libdir/snowflake_id'")
+    s.stop()
+    s.set_conf(dynamic_library_path=f"'{lib_dir}:$libdir'")
+    s.start()
     # The library a backend has mapped, after a call: the earlier one.
     with s.connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT snowflake_nextval(), pg_backend_pid()")
