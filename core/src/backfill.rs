@@ -506,6 +506,14 @@ struct Recent {
     peak: u64,
 }
 
+/// What `Backfiller::held` found at a tick.
+enum Held {
+    /// The first of the numbers taken from a lease held.
+    Taken(u64),
+    /// None held fits: a lease of this shape is to be asked for.
+    Lease(Shape),
+}
+
 /// One backend's leases, and how much of each it used at each tick.
 pub struct Backfiller {
     /// By first tick; they never overlap, so a tick has one piece at most.
@@ -553,9 +561,9 @@ impl Backfiller {
             self.pieces.clear();
             self.used.clear();
         }
-        let shape = match self.from_held(tick, n) {
-            Ok(first) => return Ok(first),
-            Err(shape) => shape,
+        let shape = match self.held(tick, n) {
+            Held::Taken(first) => return Ok(first),
+            Held::Lease(shape) => shape,
         };
         // A batch wider than the window: a lease of its tick alone, so that
         // its width is not taken at every tick of a block.
@@ -588,14 +596,14 @@ impl Backfiller {
     /// of the lease to ask for: the held one's, denser where it ran out at
     /// this tick, or (none held there) the last lease's, sparser where it
     /// was used to half its width or less.
-    fn from_held(&mut self, tick: u64, n: u64) -> Result<u64, Shape> {
+    fn held(&mut self, tick: u64, n: u64) -> Held {
         let found = self
             .pieces
             .range(..=tick)
             .next_back()
             .map(|(_, p)| *p)
             .filter(|p| p.hi >= tick);
-        Err(match found {
+        Held::Lease(match found {
             Some(p) => {
                 let used = match self.used.get(tick) {
                     Some((serial, used)) if serial == p.serial => used,
@@ -606,7 +614,7 @@ impl Backfiller {
                     if let Some(r) = self.recent.as_mut().filter(|r| r.serial == p.serial) {
                         r.peak = r.peak.max(used + n);
                     }
-                    return Ok(p.first + used);
+                    return Held::Taken(p.first + used);
                 }
                 if used > 0 {
                     p.shape.denser(self.ids_per_tick)

@@ -9,6 +9,9 @@
 //! on it the same way), readable only from the database once the server
 //! runs, so that source settles the id late ([`from_citus_group`]).
 //!
+//! And the backfill worker id's rule ([`backfill`]): the worker id IDs for
+//! past times carry, set, within the layout and not the live one.
+//!
 //! Every inconsistency is an error naming the settings involved: a worker id
 //! nobody chose is how two servers come to share one.
 

@@ -69,7 +69,7 @@ pub fn refuse_divergent_default(stmt: &Statement<'_>) {
 }
 
 /// How many placements the rows of a Citus table have, if more than one.
-pub(super) fn placements_of(relid: pg_sys::Oid) -> Option<Placements> {
+fn placements_of(relid: pg_sys::Oid) -> Option<Placements> {
     spi::ok(Spi::connect(|c| {
         let citus = c
             .select(
@@ -107,7 +107,7 @@ pub(super) fn placements_of(relid: pg_sys::Oid) -> Option<Placements> {
 
 /// The table, quoted and qualified, and its primary key's columns, if it
 /// has at least one row.
-pub(super) fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
+fn filled(relid: pg_sys::Oid) -> Option<(String, Vec<String>)> {
     spi::ok(Spi::connect(|c| {
         // Quoted so as to read the same in every database encoding.
         let (schema, name) = c

@@ -16,7 +16,7 @@ use snowflake_id_core::layout::Layout;
 use snowflake_id_core::worker_id::{from_citus_group, CitusNode, Promoted};
 use snowflake_id_core::Failure;
 
-/// How `this_node` learns whether this server is a promoted copy of another
+/// How `this_node` learns whether this server is a promoted clone of another
 /// node of its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ask {
@@ -29,16 +29,16 @@ pub enum Ask {
 }
 
 /// What `ClaimsState::promoted` holds.
-pub(super) const PROMOTED_NONE: u8 = 1;
+const PROMOTED_NONE: u8 = 1;
 
-pub(super) const PROMOTED_CLONE: u8 = 2;
+const PROMOTED_CLONE: u8 = 2;
 
-pub(super) const PROMOTED_SECONDARY: u8 = 3;
+const PROMOTED_SECONDARY: u8 = 3;
 
 /// This node's group id, whether its metadata lists a coordinator, and,
-/// while its worker id is not settled, whether it is a promoted copy of
+/// while its worker id is not settled, whether it is a promoted clone of
 /// another node of its group; `None` where the database has no Citus.
-pub(super) fn this_node(shm: &Shmem, ask: Ask) -> Option<CitusNode> {
+fn this_node(shm: &Shmem, ask: Ask) -> Option<CitusNode> {
     spi::ok(Spi::connect(|c| {
         if !has_citus(c)? {
             return Ok(None);
@@ -155,7 +155,7 @@ pub(super) fn promoted_as(
 /// microsecond and its port, which any role may read, in words that read
 /// alike on every server (no date or float formats). A row that does not
 /// answer is not this server.
-pub(super) fn ask_rows(
+fn ask_rows(
     c: &pgrx::spi::SpiClient<'_>,
     candidates: &[(String, i32, bool)],
 ) -> pgrx::spi::SpiResult<u8> {

@@ -1,7 +1,7 @@
 //! This node in its Citus cluster: its group id, which
 //! `snowflake_id.worker_id_source = 'citus'` makes its worker id, its place
 //! in the coordinator's metadata, the database it offers the claims worker,
-//! and the column changes refused on tables Citus keeps several copies of.
+//! and the column changes refused on tables Citus keeps several placements of.
 //!
 //! Read by the calling backend, as the caller, from the database it is in:
 //! Citus keeps its metadata per database, in tables of `pg_catalog` (where

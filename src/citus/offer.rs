@@ -27,8 +27,8 @@ pub fn claims_await_database(shm: &Shmem) -> bool {
 /// Citus metadata this node belongs to, if that metadata lists a node of
 /// this node's group (a Citus database where no cluster was made is not
 /// it); the first offer stands until the next start, or until that
-/// database is dropped. A second database found listing this node too (a
-/// copy of the first) is recorded, for the status to say. Whether a
+/// database is dropped. A second database found listing this node too
+/// (made from the first as its template) is recorded, for the status to say. Whether a
 /// database is offered now.
 pub fn offer_this_database(shm: &Shmem) -> bool {
     if !offer_may_change(shm) {
@@ -45,7 +45,7 @@ pub fn offer_this_database(shm: &Shmem) -> bool {
 /// Whether reading this database's Citus metadata can tell the claims
 /// worker anything: not where the offer is this database already, or where
 /// a second one was found already.
-pub(super) fn offer_may_change(shm: &Shmem) -> bool {
+fn offer_may_change(shm: &Shmem) -> bool {
     let here = process::database_id();
     match shm.claims.offered_database() {
         None => true,
@@ -99,7 +99,7 @@ pub(super) fn offer_if_member(
 /// before was dropped): the group id there may be another, and no node's
 /// claims have been read there. Refused, as a move of the worker id is,
 /// until the claims worker has read both (`bgworkers::claims`).
-pub(super) fn judge_again(shm: &Shmem) {
+fn judge_again(shm: &Shmem) {
     if shm.worker.get().is_none() {
         return;
     }

@@ -18,15 +18,15 @@ pub(super) static SEEN: ProcessLocal<Cell<u64>> = ProcessLocal(Cell::new(0));
 
 /// Whether this process's transaction changed what decides a floor (the
 /// generation moves at its commit).
-pub(super) static CHANGING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+static CHANGING: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 
 /// Whether this process is writing the extension's own row of the record
 /// (a floor's, which changes no decision).
-pub(super) static WRITING_OWN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+static WRITING_OWN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 
 /// Whether this process's transaction added rows to a record of floors
 /// (which two-phase commit would make visible after the change is heard).
-pub(super) static RECORD_WRITTEN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
+static RECORD_WRITTEN: ProcessLocal<Cell<bool>> = ProcessLocal(Cell::new(false));
 
 /// The database this process's transaction floored (0: none).
 pub(super) static FLOORED_HERE: ProcessLocal<Cell<u32>> = ProcessLocal(Cell::new(0));

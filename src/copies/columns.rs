@@ -37,7 +37,7 @@ impl Column {
 /// The types whose values may be IDs, with what they are at bottom:
 /// bigint, numeric and uuid, and domains over them to any depth (`bases`,
 /// SQL for a `WITH RECURSIVE`).
-pub(super) const BASES: &str = "bases(oid, base) AS (
+const BASES: &str = "bases(oid, base) AS (
              SELECT t.oid, t.oid FROM pg_catalog.pg_type t
              WHERE t.oid IN ('pg_catalog.int8'::pg_catalog.regtype, 'pg_catalog.numeric'::pg_catalog.regtype,
                              'pg_catalog.uuid'::pg_catalog.regtype)
@@ -46,7 +46,7 @@ pub(super) const BASES: &str = "bases(oid, base) AS (
              WHERE t.typtype = 'd')";
 
 /// A column's kind, as SQL over `bases b`, for [`columns`].
-pub(super) const KIND: &str = "CASE b.base WHEN 'pg_catalog.uuid'::pg_catalog.regtype THEN 'u'
+const KIND: &str = "CASE b.base WHEN 'pg_catalog.uuid'::pg_catalog.regtype THEN 'u'
                                 WHEN 'pg_catalog.numeric'::pg_catalog.regtype THEN 'n' ELSE 'b' END";
 
 /// The columns that may hold IDs this extension made, of tables, of the

@@ -1,7 +1,8 @@
 //! Flooring: whether this database needs a floor before this backend's
 //! next ID (once per change, see `changes`), reading its ID columns and
 //! raising the mark above them, refusing copied IDs far ahead of the clock,
-//! and `snowflake_resume_above()`.
+//! what the next call would meet (the status's `problem`), and
+//! `snowflake_resume_above()`.
 //!
 //! Calls every other file of `copies`.
 
@@ -217,7 +218,7 @@ fn refuse_if_ahead(shm: &Shmem, cfg: &Config, found: &Found) -> Result<(), Failu
 /// The refusal for an ID a floor found more than an hour ahead of the
 /// clock: below it, IDs could repeat copied ones; above it, IDs would
 /// carry a time the clock may never have been meant to reach.
-pub(super) fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
+fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
     let made = layout.decode(id).map(|d| d.unix_ms).unwrap_or(0);
     let db = database::current_name();
     let resume = format!("{}snowflake_resume_above", crate::catalog::qualifier());
@@ -240,7 +241,7 @@ pub(super) fn ahead_of_clock(layout: &Layout, id: i64, at: &str) -> Failure {
 /// clock's pace). Each durable mark carries the term, so a restart has it
 /// before any database's first ID; the record gives it where the mark was
 /// written by a library that did not keep it.
-pub(super) fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
+fn continue_from_record(shm: &Shmem, cfg: &Config, me: i64, rows: &[FloorRow]) {
     if let Some(term) = rows
         .iter()
         .filter(|r| r.system_identifier == me)

@@ -24,7 +24,7 @@ pub(super) struct Found {
 }
 
 /// A number read as text (a bigint, or a numeric's integer part).
-pub(super) fn parse_number(text: &str) -> Option<i64> {
+fn parse_number(text: &str) -> Option<i64> {
     text.split('.').next()?.parse().ok()
 }
 
@@ -120,7 +120,7 @@ pub(super) fn largest(
     }
 }
 
-pub(super) fn locked_against_reads(c: &Column, wait: Duration) -> Failure {
+fn locked_against_reads(c: &Column, wait: Duration) -> Failure {
     Failure::new(
         Class::NotReady,
         format!(

@@ -41,7 +41,7 @@ pub(super) fn record() -> Option<pg_sys::Oid> {
 /// superuser or a member of the database's owner count (from 16 on, a
 /// member of pg_create_subscription may subscribe): no other role makes a
 /// database floor.
-pub(super) const SUBSCRIBED: &str = "FROM pg_catalog.pg_subscription_rel r
+const SUBSCRIBED: &str = "FROM pg_catalog.pg_subscription_rel r
      JOIN pg_catalog.pg_subscription s ON s.oid OPERATOR(pg_catalog.=) r.srsubid
      JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.subdbid
      WHERE NOT pg_catalog.starts_with(s.subname::pg_catalog.text, 'citus_shard_move_subscription_')
@@ -50,7 +50,7 @@ pub(super) const SUBSCRIBED: &str = "FROM pg_catalog.pg_subscription_rel r
 
 /// Whether a table of this database's subscriptions is being copied (or
 /// waits to be), as the newest committed data says.
-pub(super) fn copies_under_way() -> bool {
+fn copies_under_way() -> bool {
     let mut any = false;
     spi::each_of_latest_data(
         &format!("SELECT 1 {SUBSCRIBED} AND r.srsubstate IN ('i', 'd') LIMIT 1"),
@@ -123,12 +123,12 @@ pub(super) fn read_record() -> (Vec<FloorRow>, Option<u64>) {
 }
 
 /// A row's arrival as the core counts it.
-pub(super) fn arrival(u: pgrx::Uuid) -> u128 {
+fn arrival(u: pgrx::Uuid) -> u128 {
     u128::from_be_bytes(*u.as_bytes())
 }
 
 /// An LSN as `pg_lsn` prints it (`16/B374D848`).
-pub(super) fn parse_lsn(text: &str) -> Option<u64> {
+fn parse_lsn(text: &str) -> Option<u64> {
     let (hi, lo) = text.split_once('/')?;
     Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
 }

@@ -1,5 +1,5 @@
 //! What the claims worker publishes (`bgworkers::claims`), and the hold
-//! the commands that need its database free put on it (`bgworkers::claims::away`).
+//! the commands that need its database free put on it (`api::utility::away`).
 //! Whether a claim refuses generation is kept with the other refusals.
 
 use super::pid::Pid;
@@ -19,7 +19,7 @@ pub struct ClaimsState {
     /// The first row of the table that could not be judged, if any.
     skipped: SharedText,
     /// Commands under way that need the worker out of its database (see
-    /// `bgworkers::claims::away`), and until when (Unix ms) at the latest.
+    /// `api::utility::away`), and until when (Unix ms) at the latest.
     away_commands: AtomicU32,
     away_until_ms: AtomicI64,
     /// When a command last sent the worker away.
@@ -46,7 +46,7 @@ pub struct ClaimsState {
     /// The name of the database the worker keeps claims in, once connected.
     database: SharedText,
     /// What the claims worker found this server listed as, while its worker
-    /// id is not settled (see `citus::promoted_as`): 0 not asked yet, 1
+    /// id is not settled (see `citus/group.rs`, `promoted_as`): 0 not asked yet, 1
     /// nothing, 2 its group's clone, 3 its group's secondary.
     promoted: AtomicU8,
 }

@@ -149,7 +149,7 @@ impl Keeper {
             .filter(|_| worker_id::follows_citus())
             .map(remembered);
         // A database offered anew while IDs were issued (see
-        // `citus::judge_again`), taken up here with its name. A move from
+        // `citus/offer.rs`, `judge_again`), taken up here with its name. A move from
         // before this worker started is in shared memory already.
         if shm.claims.rejudging() {
             hold_for_move(
