@@ -48,6 +48,7 @@ mod issue;
 mod mark;
 mod opaque;
 mod pg;
+mod registry;
 mod settings;
 mod shmem;
 mod worker_id;

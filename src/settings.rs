@@ -37,6 +37,9 @@ static WORKER_ID_SOURCE: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"setting"));
 static WORKER_ID_OFFSET: GucSetting<i32> = GucSetting::<i32>::new(0);
 static CLAIMS_DATABASE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static REGISTRY: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+static REGISTRY_POLICY: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"keep"));
 static BACKFILL_WORKER_ID: GucSetting<i32> = GucSetting::<i32>::new(-1);
 
 /// The custom WAL resource manager id marks are logged under. 128 is for
@@ -207,6 +210,7 @@ pub fn read_without_defining() {
         epoch_set: epoch.is_some(),
         worker_id_source: "setting",
         worker_id_offset: 0,
+        registry_policy: "keep",
         host_name: None,
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw));
@@ -270,6 +274,29 @@ fn define_identity() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    // Superuser-only: a connection string says where and as whom; the
+    // password itself is refused there (see `registry_conninfo`).
+    GucRegistry::define_string_guc(
+        c"snowflake_id.registry",
+        c"The registry database this server leases its worker id from (snowflake_id.worker_id_source = 'registry'): a libpq connection string.",
+        c"Its password belongs in the password file or the service file, never here.",
+        &REGISTRY,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"snowflake_id.registry_policy",
+        c"'keep': the same leased worker id across restarts; 'disposable': a new one at every start.",
+        c"Read where snowflake_id.worker_id_source = 'registry'.",
+        &REGISTRY_POLICY,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
+}
+
+/// `snowflake_id.registry` as set, `None` when empty.
+pub fn registry_conninfo() -> Option<String> {
+    Some(string_setting(&REGISTRY)).filter(|c| !c.trim().is_empty())
 }
 
 /// The worker id of IDs for past times (`snowflake_nextval_at`). A reload
@@ -401,6 +428,7 @@ fn settle_identity(raw_worker: Option<String>, raw_offset: Option<String>, epoch
     );
     let host = process::host_name();
     let source_text = string_setting(&WORKER_ID_SOURCE);
+    let policy_text = string_setting(&REGISTRY_POLICY);
     let layout_text = string_setting(&LAYOUT);
     let epoch_text = string_setting(&EPOCH);
     let raw = |worker_id, worker_id_offset| RawSettings {
@@ -410,6 +438,7 @@ fn settle_identity(raw_worker: Option<String>, raw_offset: Option<String>, epoch
         epoch_set,
         worker_id_source: &source_text,
         worker_id_offset,
+        registry_policy: &policy_text,
         host_name: host.as_deref(),
     };
     let _ = SERVER_LAYOUT.set(config::server_layout(&raw(-1, 0)));

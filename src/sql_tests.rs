@@ -317,6 +317,11 @@ mod tests {
                 "snowflake_nextval_at(timestamp with time zone) v1u",
                 "snowflake_nextval_at_array(timestamp with time zone,integer) v1u",
                 "snowflake_nextval_batch(integer) v1s",
+                // Creates the registry's objects as its caller; a NULL
+                // client is a registry nobody is granted yet.
+                "snowflake_registry_init(regrole) v0u",
+                // Talks to the registry, writes WAL.
+                "snowflake_release_worker_id() v1u",
                 "snowflake_resume_above() v1u",
                 "snowflake_resume_above(bigint) v1u",
                 "snowflake_resume_above(uuid) v1u",

@@ -1,7 +1,9 @@
 //! This server's worker id, with one owner: where it comes from and when it
 //! is fixed. The settings name it (`snowflake_id.worker_id`, or a number in
 //! the host name), or, with `worker_id_source = 'citus'`, this node's Citus
-//! group id gives it.
+//! group id gives it, or, with `worker_id_source = 'registry'`, a lease
+//! from the registry database (`bgworkers::registry` takes it; the lease
+//! file keeps it across restarts: `kept_lease`, `settle_leased`).
 //!
 //! - `start`: where shared memory is made, an id the settings name is in
 //!   force at once, unless the first ID waits for the claims worker's first
@@ -27,6 +29,8 @@ use crate::pg::clock;
 use crate::settings;
 use crate::shmem::Shmem;
 use snowflake_id_core::config::{Config, WorkerSource};
+use snowflake_id_core::registry::{Lease, Policy};
+use snowflake_id_core::timefmt::format_instant;
 use snowflake_id_core::worker_id as rule;
 use snowflake_id_core::{Class, Failure};
 
@@ -90,6 +94,9 @@ pub fn resolve(shm: &Shmem, cfg: &Config, how: Resolve) -> Result<u32, Failure> 
         (Resolve::Claim, WorkerSource::CitusGroup { offset }) => {
             Ok(citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes)?.0)
         }
+        (_, WorkerSource::Registry { policy }) => kept_lease(policy)?
+            .map(|l| l.worker_id)
+            .ok_or_else(|| not_leased(shm)),
     }
 }
 
@@ -133,7 +140,46 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             let _ = shm.worker.settle(w);
             Ok(w)
         }
+        WorkerSource::Registry { policy } => match kept_lease(policy)? {
+            Some(lease) => {
+                settle_leased(shm, lease.worker_id, "kept from its lease file");
+                in_force(shm).ok_or_else(|| not_leased(shm))
+            }
+            None => Err(not_leased(shm)),
+        },
     }
+}
+
+/// The lease this server issues under at start without asking the
+/// registry: its file's, for this cluster, held, under the 'keep' policy.
+/// A standby promoted, a base backup or a point-in-time restore of this
+/// server has the same file (copied, or written by the replayed record).
+pub fn kept_lease(policy: Policy) -> Result<Option<Lease>, Failure> {
+    let sysid = crate::pg::xlog::system_identifier();
+    Ok(mark::worker_lease::read()?.filter(|l| l.kept_by(sysid, policy)))
+}
+
+/// The registry worker, or a call that read the lease file: IDs may be
+/// issued under the leased `worker` from now on.
+pub fn settle_leased(shm: &Shmem, worker: u32, how: &str) {
+    if in_force(shm).is_none() && shm.worker.settle(worker).is_ok() {
+        server_log!("snowflake_id: worker id {worker}, leased from the registry ({how})");
+        note_settled(shm, worker);
+    }
+}
+
+/// Why a server that leases its worker id issues nothing yet.
+fn not_leased(shm: &Shmem) -> Failure {
+    let answer = shm.registry.answer().map_or(
+        "none yet (the registry worker has not asked)".to_string(),
+        |(a, _)| a,
+    );
+    Failure::new(
+        Class::NotReady,
+        "this server has no worker id yet: it leases one from the registry (snowflake_id.worker_id_source = 'registry') and has not got one",
+    )
+    .detail(format!("The registry's last answer: {answer}"))
+    .hint("Check that the server snowflake_id.registry names is up, that SELECT snowflake_registry_init() ran in its database and granted the role the connection uses, and that the password is in the password file; the server asks again every few seconds, and nothing needs a restart.")
 }
 
 /// Settles the worker id from the Citus metadata of the caller's database,
@@ -207,7 +253,7 @@ pub fn citus_group_now(shm: &Shmem, cfg: &Config) -> Option<Result<(u32, String)
             &cfg.layout,
             citus::Ask::Nodes,
         )),
-        WorkerSource::Fixed(_) => None,
+        WorkerSource::Fixed(_) | WorkerSource::Registry { .. } => None,
     }
 }
 
@@ -233,7 +279,32 @@ pub fn follow(shm: &Shmem, old: u32, new: u32, origin: &str) -> bool {
 pub fn origin(shm: &Shmem, cfg: &Config) -> String {
     match (cfg.worker, in_force(shm)) {
         (WorkerSource::CitusGroup { offset }, Some(w)) => citus::origin(w, offset, &cfg.layout),
+        (WorkerSource::Registry { policy }, in_force) => lease_words(policy, in_force),
         _ => cfg.worker_id_origin.clone(),
+    }
+}
+
+/// "the registry: worker id 3 leased at 2026-12-07 05:01:02 UTC, policy
+/// keep, issuing above ...", from the lease file.
+fn lease_words(policy: Policy, in_force: Option<u32>) -> String {
+    let lease = mark::worker_lease::read().ok().flatten();
+    match (lease, in_force) {
+        (Some(l), Some(w)) if l.worker_id == w => {
+            let mut words = format!(
+                "the registry: worker id {w} leased at {} (policy {}{})",
+                format_instant(l.leased_at_ms),
+                l.policy.name(),
+                if l.released { ", released since" } else { "" }
+            );
+            if let Some(f) = l.floor_ms {
+                words.push_str(&format!(
+                    ", issuing above {}, its previous holder's last ID time",
+                    format_instant(f)
+                ));
+            }
+            words
+        }
+        _ => format!("the registry (policy {}; no lease yet)", policy.name()),
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::failure::{Class, Failure};
 use crate::layout::{Layout, Spec, DEFAULT_NAME};
+use crate::registry::Policy;
 use crate::timefmt::{format_instant, parse_instant, UnixMs};
 use crate::worker_id;
 
@@ -25,6 +26,8 @@ pub struct RawSettings<'a> {
     /// `snowflake_id.worker_id_source` and `snowflake_id.worker_id_offset`.
     pub worker_id_source: &'a str,
     pub worker_id_offset: i32,
+    /// `snowflake_id.registry_policy` (read where the source is 'registry').
+    pub registry_policy: &'a str,
     /// This host's name, `None` if it could not be read.
     pub host_name: Option<&'a str>,
 }
@@ -48,6 +51,9 @@ pub enum WorkerSource {
     /// This node's Citus group id plus the offset, read from its database
     /// ([`worker_id::from_citus_group`]).
     CitusGroup { offset: i32 },
+    /// Leased from the registry database once the server runs
+    /// ([`crate::registry`]), or kept from the lease file at start.
+    Registry { policy: Policy },
 }
 
 impl WorkerSource {
@@ -55,7 +61,7 @@ impl WorkerSource {
     pub fn fixed(self) -> Option<u32> {
         match self {
             WorkerSource::Fixed(w) => Some(w),
-            WorkerSource::CitusGroup { .. } => None,
+            WorkerSource::CitusGroup { .. } | WorkerSource::Registry { .. } => None,
         }
     }
 }
@@ -71,6 +77,15 @@ pub fn configure(raw: &RawSettings) -> Result<Config, Failure> {
         offset: raw.worker_id_offset,
         host_name: raw.host_name,
     })?;
+    if derived.registry {
+        let policy = Policy::parse(raw.registry_policy)?;
+        return Ok(Config {
+            layout,
+            worker: WorkerSource::Registry { policy },
+            worker_id_origin: derived.origin,
+            warn_from_ms: layout.warn_from_ms(),
+        });
+    }
     if let Some(offset) = derived.citus_offset {
         return Ok(Config {
             layout,
@@ -198,6 +213,7 @@ mod tests {
             epoch_set,
             worker_id_source: "setting",
             worker_id_offset: 0,
+            registry_policy: "keep",
             host_name: Some("db1"),
         }
     }
@@ -246,6 +262,7 @@ mod tests {
             configure(&RawSettings {
                 worker_id_source: "hostname",
                 worker_id_offset: offset,
+                registry_policy: "keep",
                 host_name: Some(host),
                 ..raw(-1, layout, DEFAULT_EPOCH_TEXT, false)
             })
@@ -349,6 +366,7 @@ mod tests {
         let c = configure(&RawSettings {
             worker_id_source: "citus",
             worker_id_offset: 7,
+            registry_policy: "keep",
             ..raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)
         })
         .unwrap();

@@ -20,6 +20,7 @@
 //! - [`copies`]: data from another cluster: when a database is floored, and how IDs continue.
 //! - [`floored`]: which databases a server checked for copies, in shared memory.
 //! - [`judged`]: what one process found in the configuration files at a reload, for all.
+//! - [`registry`]: worker ids leased from a registry database: the lease file and the answers believed.
 //! - [`resume`]: where generation may resume after a start or a crash.
 //! - [`shared_text`]: text one process writes and others read, without a lock.
 
@@ -41,6 +42,7 @@ pub mod layout;
 pub mod live_history;
 pub mod mark;
 pub mod opaque;
+pub mod registry;
 pub mod resume;
 pub mod shared_text;
 pub mod text_form;

@@ -30,6 +30,8 @@ pub enum Source {
     Setting,
     HostName,
     Citus,
+    /// Leased from a registry database (`snowflake_id.registry`).
+    Registry,
 }
 
 impl Source {
@@ -38,12 +40,13 @@ impl Source {
             "setting" => Ok(Source::Setting),
             "hostname" => Ok(Source::HostName),
             "citus" => Ok(Source::Citus),
+            "registry" => Ok(Source::Registry),
             _ => Err(Failure::new(
                 Class::InvalidParameter,
                 format!("invalid snowflake_id.worker_id_source: '{text}'"),
             )
             .hint(format!(
-                "Use 'setting' (the worker id is snowflake_id.worker_id), 'hostname' (the number that ends this host's name, plus snowflake_id.worker_id_offset) or 'citus' (this node's Citus group id, plus snowflake_id.worker_id_offset); {RESTART}."
+                "Use 'setting' (the worker id is snowflake_id.worker_id), 'hostname' (the number that ends this host's name, plus snowflake_id.worker_id_offset) , 'citus' (this node's Citus group id, plus snowflake_id.worker_id_offset) or 'registry' (leased from the registry snowflake_id.registry names); {RESTART}."
             ))),
         }
     }
@@ -60,6 +63,8 @@ pub struct Derived {
     /// `Some(offset)`: the worker id is the Citus group id plus this,
     /// settled once the server runs.
     pub citus_offset: Option<i32>,
+    /// Leased from the registry once the server runs.
+    pub registry: bool,
 }
 
 /// What the worker-id settings say (`snowflake_id.worker_id`, `-1` while
@@ -76,10 +81,10 @@ pub struct Inputs<'a> {
 /// The worker id the settings name, not yet checked against a layout.
 pub fn derive(inputs: Inputs<'_>) -> Result<Derived, Failure> {
     match Source::parse(inputs.source)? {
-        Source::Setting if inputs.offset != 0 => Err(Failure::new(
+        Source::Setting | Source::Registry if inputs.offset != 0 => Err(Failure::new(
             Class::InvalidParameter,
             format!(
-                "snowflake_id.worker_id_offset = {} is set, but the worker id comes from neither the host name nor Citus",
+                "snowflake_id.worker_id_offset = {} is set, but the worker id comes from neither the host name nor Citus (offsets apply to those alone)",
                 inputs.offset
             ),
         )
@@ -90,10 +95,12 @@ pub fn derive(inputs: Inputs<'_>) -> Result<Derived, Failure> {
             worker_id: (inputs.worker_id != -1).then_some(inputs.worker_id as i64),
             origin: "snowflake_id.worker_id".into(),
             citus_offset: None,
+            registry: false,
         }),
-        source @ (Source::HostName | Source::Citus) if inputs.worker_id != -1 => {
+        source @ (Source::HostName | Source::Citus | Source::Registry) if inputs.worker_id != -1 => {
             let (value, from) = match source {
                 Source::Citus => ("citus", "this node's Citus group id"),
+                Source::Registry => ("registry", "a lease from the registry"),
                 _ => ("hostname", "the host name"),
             };
             Err(Failure::new(
@@ -112,6 +119,13 @@ pub fn derive(inputs: Inputs<'_>) -> Result<Derived, Failure> {
             worker_id: None,
             origin: citus_words(None, inputs.offset),
             citus_offset: Some(inputs.offset),
+            registry: false,
+        }),
+        Source::Registry => Ok(Derived {
+            worker_id: None,
+            origin: "the registry (no lease yet)".into(),
+            citus_offset: None,
+            registry: true,
         }),
     }
 }
@@ -290,6 +304,7 @@ fn from_host_name(host: Option<&str>, offset: i32) -> Result<Derived, Failure> {
         worker_id: Some(number.saturating_add(offset as i64)),
         origin,
         citus_offset: None,
+        registry: false,
     })
 }
 

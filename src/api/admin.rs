@@ -106,6 +106,8 @@ extension_sql_file!(
         snowflake_resume_above_everything,
         snowflake_vouch_backfill_worker_id,
         "snowflake_status",
+        "snowflake_registry_init",
+        registry::snowflake_release_worker_id,
         convert::snowflake_convert,
         backfill::snowflake_nextval_at,
         backfill::snowflake_nextval_at_array

@@ -9,6 +9,7 @@ mod convert;
 mod decode;
 mod nextval;
 mod opaque;
+mod registry;
 mod status;
 mod text_form;
 pub mod utility;

@@ -11,6 +11,9 @@ use crate::shmem::Shmem;
 use crate::worker_id;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use snowflake_id_core::config::{Config, WorkerSource};
+use snowflake_id_core::timefmt::format_instant;
+use snowflake_id_core::Failure;
 use std::sync::atomic::Ordering;
 
 fn ts(unix_ms: i64) -> Option<pg_sys::Datum> {
@@ -171,11 +174,34 @@ pub unsafe extern "C-unwind" fn snowflake_status(
             shm.reserver_pid.get().map(pg_sys::Datum::from),
         ),
         ("started_at", ts(shm.started_at_ms())),
+        (
+            "registry",
+            cfg.as_ref()
+                .ok()
+                .and_then(|c| registry_words(shm, c))
+                .map(|t| for_messages(&t).into_owned())
+                .into_datum(),
+        ),
     ];
     // SAFETY: the call Postgres makes of this function, declared in
     // status.sql; `row` checks the names against it, and each value is of
     // its column's type (integer, text, timestamptz, bigint, interval).
     unsafe { row(fcinfo, &values) }
+}
+
+/// The registry's last answer, where the worker id is leased from one:
+/// "leased worker id 3 at ... (answered 2026-12-07 05:01:02 UTC)".
+fn registry_words(shm: &Shmem, cfg: &Config) -> Option<String> {
+    if !matches!(cfg.worker, WorkerSource::Registry { .. }) {
+        return None;
+    }
+    Some(match shm.registry.answer() {
+        None => "no answer yet".into(),
+        Some((text, at)) => {
+            let said = Failure::from_text(&text).map_or(text, |f| f.message);
+            format!("{said} (answered {})", format_instant(at))
+        }
+    })
 }
 
 extension_sql_file!(

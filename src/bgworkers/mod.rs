@@ -1,10 +1,12 @@
 //! The library's background workers, on one skeleton: the reserver, which
 //! keeps the durable mark ahead (`reserver`), and the claims worker, which
 //! keeps this server's worker-id claim where other servers see it
-//! (`claims`). Each enters the same way: signals handled, its process id in
+//! (`claims`), and the registry worker, which leases this server's worker
+//! id where `worker_id_source = 'registry'` (`registry`). Each enters the same way: signals handled, its process id in
 //! shared memory until it exits.
 
 pub mod claims;
+pub mod registry;
 pub mod reserver;
 mod skeleton;
 
@@ -13,4 +15,5 @@ mod skeleton;
 pub fn register() {
     reserver::register();
     claims::register();
+    registry::register();
 }

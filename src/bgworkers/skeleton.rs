@@ -13,6 +13,7 @@ use pgrx::prelude::*;
 pub(super) enum BgWorker {
     Reserver = 0,
     Claims = 1,
+    Registry = 2,
 }
 
 impl BgWorker {
@@ -20,6 +21,7 @@ impl BgWorker {
         match self {
             BgWorker::Reserver => &shm.reserver_pid,
             BgWorker::Claims => &shm.claims.pid,
+            BgWorker::Registry => &shm.registry.pid,
         }
     }
 }
@@ -38,10 +40,10 @@ pub(super) fn enter(worker: BgWorker) -> Option<&'static Shmem> {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn forget_pid(_code: i32, arg: pg_sys::Datum) {
-    let worker = if arg.value() == BgWorker::Claims as usize {
-        BgWorker::Claims
-    } else {
-        BgWorker::Reserver
+    let worker = match arg.value() {
+        v if v == BgWorker::Claims as usize => BgWorker::Claims,
+        v if v == BgWorker::Registry as usize => BgWorker::Registry,
+        _ => BgWorker::Reserver,
     };
     if let Some(shm) = shmem::get() {
         worker.pid(shm).clear();

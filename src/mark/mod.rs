@@ -18,11 +18,13 @@ pub mod leases;
 pub mod redo;
 pub mod resume;
 mod standby;
+pub mod worker_lease;
 
 use crate::pg::clock::now_ms;
 use crate::pg::xlog::{self, StandbyWait};
 use crate::shmem::mark::MarkSource;
 use crate::shmem::refusal::MarkRefusal;
+use crate::shmem::registry::Gone;
 use crate::shmem::Shmem;
 use file::{file, io_failure};
 use snowflake_id_core::config::Config;
@@ -70,12 +72,49 @@ pub fn refused(shm: &Shmem) -> Option<Failure> {
             )
             .hint("IDs are issued again once it has; its database was dropped, and the one offered now may give this node another group id."),
         ),
+        None if shm.registry.gone().is_some() => shm.registry.gone().map(lease_gone),
         None if shm.refusal.claim() => Some(shm.claims.finding().failure().unwrap_or_else(|| {
             Failure::new(Class::NotReady, "another live server claims this server's worker id")
         })),
         None => return None,
     };
     Some(f.unwrap_or_else(|| Failure::new(Class::NotReady, "snowflake_id generation is refused")))
+}
+
+/// The refusal for a lease from the registry that no longer covers IDs.
+fn lease_gone(why: Gone) -> Failure {
+    let (message, hint) = match why {
+        Gone::ReleasedHere => (
+            "this server released its worker id to the registry (snowflake_release_worker_id()): it issues no more IDs under it",
+            "A restart leases a worker id anew; released ones go to other servers, above the last ID time given at release.",
+        ),
+        Gone::ReleasedThere => (
+            "the registry says this server's worker id was released: another server may lease it, so this one issues no more IDs under it",
+            "If this server is to go on, restart it: it leases a worker id anew. Who released it shows in SELECT * FROM snowflake_registry.leases on the registry.",
+        ),
+        Gone::Lost => (
+            "the registry holds this server's worker id for another server, or no longer holds it at all: this one issues no more IDs under it",
+            "Look at SELECT * FROM snowflake_registry.leases on the registry; restart this server to lease a worker id anew.",
+        ),
+    };
+    Failure::new(Class::NotReady, message).hint(hint)
+}
+
+/// Refuses generation for good (until a restart): the registry lease this
+/// server issued under is gone. The flag first, then the revocation of the
+/// durable window, as for a claim.
+pub fn refuse_for_lease(shm: &Shmem, why: Gone) {
+    if !shm.registry.set_gone(why) {
+        shm.gen.revoke_durable();
+    }
+}
+
+/// Keeps a worker lease from the registry durably: in WAL (flushed), then
+/// in its file, so that a standby has it before the primary issues under it.
+pub fn keep_worker_lease(lease: &snowflake_id_core::registry::Lease) -> Result<(), Failure> {
+    let bytes = lease.encode();
+    redo::log_worker_lease(&bytes);
+    worker_lease::write_file(&bytes)
 }
 
 /// Checks that this server may issue IDs at all (not a standby, not refused).
@@ -427,8 +466,10 @@ fn publish(shm: &Shmem, w: Written, budget_ms: u64) -> Result<u64, Failure> {
     // A claim refusal that came while this mark was written revoked the
     // window before this publish: revoke it again (the flag is set before
     // the revocation, both sequentially consistent: `refuse_for_claim`).
-    // So does a ceiling set meanwhile that the window now passes.
+    // So does a lease gone meanwhile, and a ceiling set meanwhile that the
+    // window now passes.
     if shm.refusal.claim()
+        || shm.registry.gone().is_some()
         || shm
             .refusal
             .ceiling()

@@ -1,5 +1,6 @@
 //! The mark in WAL: a custom WAL resource manager (PostgreSQL 15+) whose
-//! records are the mark and the backfill map's leases, so that crash
+//! records are the mark, the backfill map's leases and the worker id
+//! leased from the registry, so that crash
 //! recovery, standbys, restored base backups and point-in-time recovery
 //! all replay them. Logging a record, its redo and its description, as
 //! Postgres keeps `sequence_xlog.c` beside `sequence.c`. PostgreSQL 13
@@ -8,6 +9,7 @@
 
 use super::file::{file, io_failure};
 use super::lease_file;
+use super::worker_lease;
 use crate::pg::error;
 use crate::settings;
 use crate::shmem::mark::MarkSource;
@@ -26,6 +28,9 @@ use std::sync::atomic::Ordering;
 const INFO_MARK: u8 = 0x10;
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 const INFO_LEASE: u8 = 0x20;
+/// A worker id leased from the registry (`worker_lease`).
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+const INFO_WORKER_LEASE: u8 = 0x30;
 
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
 static mut RMGR_ID: u8 = 0;
@@ -96,6 +101,17 @@ pub(super) fn log_raises(raises: &[Raise]) -> Option<u64> {
     }
     let _ = raises;
     None
+}
+
+/// Writes a worker lease (its file's bytes) to WAL and flushes it.
+pub(super) fn log_worker_lease(bytes: &[u8]) -> Option<u64> {
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+    return log_as(INFO_WORKER_LEASE, bytes);
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
+    {
+        let _ = bytes;
+        None
+    }
 }
 
 #[cfg(not(any(feature = "pg13", feature = "pg14")))]
@@ -183,6 +199,24 @@ fn replay_lease(r: &Raise) {
     });
 }
 
+/// Redo of a worker lease record (startup process): its file written, since
+/// no checkpoint writes it. Raises nothing: an ERROR here would stop the
+/// server.
+#[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))]
+fn replay_worker_lease(bytes: &[u8]) {
+    let written = snowflake_id_core::registry::Lease::decode(bytes)
+        .map_err(|why| {
+            Failure::new(
+                Class::Corrupted,
+                format!("snowflake_id: a worker lease record in WAL cannot be read: {why}"),
+            )
+        })
+        .and_then(|_| worker_lease::write_file(bytes));
+    if let Err(f) = written {
+        error::log(f, PgLogLevel::WARNING);
+    }
+}
+
 /// Redo of a mark record that cannot be read: generation is refused, since
 /// the mark it held is unknown.
 #[cfg_attr(any(feature = "pg13", feature = "pg14"), allow(dead_code))]
@@ -207,6 +241,7 @@ fn replay_unreadable(why: &str) {
 enum Logged {
     Mark(Record),
     Lease(Raise),
+    WorkerLease(Vec<u8>),
 }
 
 /// The record, if it is one of this format.
@@ -242,6 +277,7 @@ unsafe fn logged(record: *mut pg_sys::XLogReaderState) -> Result<Logged, String>
         INFO_LEASE => Raise::decode(sized(&[LEASE])?)
             .map(Logged::Lease)
             .ok_or_else(|| "its block ends before it begins".to_string()),
+        INFO_WORKER_LEASE => Ok(Logged::WorkerLease(data.to_vec())),
         _ => Err(format!("unknown record type {info:#x}")),
     }
 }
@@ -257,6 +293,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     let outcome = std::panic::catch_unwind(|| match parsed {
         Ok(Logged::Mark(rec)) => replay(&rec),
         Ok(Logged::Lease(raise)) => replay_lease(&raise),
+        Ok(Logged::WorkerLease(bytes)) => replay_worker_lease(&bytes),
         Err(why) => replay_unreadable(&why),
     });
     if outcome.is_err() {
@@ -280,6 +317,13 @@ unsafe extern "C-unwind" fn desc(buf: pg_sys::StringInfo, record: *mut pg_sys::X
             r.mark_tick, r.worker_id, r.generation, r.system_id, r.timeline
         ),
         Ok(Logged::Lease(r)) => format!("backfill ticks {} to {} depth {}", r.lo, r.hi, r.depth),
+        Ok(Logged::WorkerLease(b)) => match snowflake_id_core::registry::Lease::decode(&b) {
+            Ok(l) => format!(
+                "worker lease {} system {} released {}",
+                l.worker_id, l.system_identifier, l.released
+            ),
+            Err(why) => format!("unreadable worker lease: {why}"),
+        },
         Err(why) => format!("unreadable record: {why}"),
     };
     let c = std::ffi::CString::new(text).unwrap_or_default();
@@ -293,6 +337,7 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::ffi::c_char {
     match info & !(pg_sys::XLR_INFO_MASK as u8) {
         INFO_MARK => c"MARK".as_ptr(),
         INFO_LEASE => c"BACKFILL".as_ptr(),
+        INFO_WORKER_LEASE => c"WORKER_LEASE".as_ptr(),
         _ => std::ptr::null(),
     }
 }

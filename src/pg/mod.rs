@@ -11,6 +11,7 @@ pub mod ddl;
 pub mod error;
 pub mod guc;
 pub mod int8_array;
+pub mod libpq;
 pub mod lock;
 pub mod process;
 pub mod role;

@@ -52,6 +52,12 @@ pub fn in_recovery() -> bool {
     unsafe { pg_sys::RecoveryInProgress() }
 }
 
+/// This cluster's system identifier (any time after start, recovery too).
+pub fn system_identifier() -> u64 {
+    // SAFETY: a plain read of the control data in shared memory.
+    unsafe { pg_sys::GetSystemIdentifier() }
+}
+
 /// This server's system identifier and current timeline.
 pub fn origin() -> (u64, u32) {
     // SAFETY: plain reads of control data, valid once recovery has ended.

@@ -8,6 +8,7 @@
 //! - [`backfill::BackfillState`]: what was handed out at past times, written by `backfill`;
 //! - [`refusal::Refusal`]: whether generation is refused, and why;
 //! - [`claims::ClaimsState`]: what the claims worker publishes;
+//! - [`registry::RegistryState`]: what the registry worker publishes;
 //! - [`counters`]: counts for the status, and the per-process slots;
 //! - the reserver's process id ([`pid::Pid`]);
 //! - the worker id generation uses ([`worker::WorkerId`]);
@@ -23,6 +24,7 @@ pub mod counters;
 pub mod mark;
 pub mod pid;
 pub mod refusal;
+pub mod registry;
 pub mod worker;
 
 use crate::pg::clock::now_ms;
@@ -40,6 +42,7 @@ pub struct Shmem {
     pub backfill: backfill::BackfillState,
     pub refusal: refusal::Refusal,
     pub claims: claims::ClaimsState,
+    pub registry: registry::RegistryState,
     pub reserver_pid: pid::Pid,
     pub worker: worker::WorkerId,
     pub counters: Counters,
@@ -178,6 +181,7 @@ impl Shmem {
             backfill: backfill::BackfillState::new(backfill_lock),
             refusal: refusal::Refusal::new(),
             claims: claims::ClaimsState::new(),
+            registry: registry::RegistryState::new(),
             reserver_pid: pid::Pid::new(),
             worker: worker::WorkerId::new(),
             counters: Counters::default(),

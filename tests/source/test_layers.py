@@ -12,7 +12,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Lowest first: each may name only those before it.
-LAYERS = ["pg", "catalog", "settings", "shmem", "mark", "citus", "opaque", "copies", "worker_id", "issue", "backfill", "bgworkers", "api"]
+LAYERS = ["pg", "catalog", "settings", "shmem", "mark", "citus", "opaque", "copies", "worker_id", "registry", "issue", "backfill", "bgworkers", "api"]
 # lib.rs wires every part; sql_tests are the #[pg_test] tests, of the whole.
 ABOVE_ALL = {"lib", "sql_tests"}
 

@@ -7,6 +7,11 @@ REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_vouch_backfill_worker_id(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_release_worker_id() FROM PUBLIC;
+-- Makes a database a registry, owned by the role that runs it: for the role a
+-- superuser grants it to (see "A fleet's worker ids from a registry" in
+-- docs/operators.md), so that no role squats the registry's names.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_registry_init(regrole) FROM PUBLIC;
 
 -- IDs for past times: for the roles an operator grants them to. Each lease
 -- costs a durable write and a row in the database's record, and numbers at

@@ -32,7 +32,8 @@ CREATE FUNCTION snowflake_status(
     OUT layout_ends timestamptz,
     OUT time_left interval,
     OUT reserver_pid integer,
-    OUT started_at timestamptz)
+    OUT started_at timestamptz,
+    OUT registry text)
 RETURNS record VOLATILE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_status';
 

@@ -1,0 +1,106 @@
+//! The registry worker ("snowflake_id registry"): where
+//! `worker_id_source = 'registry'`, it gives this server its worker id
+//! (`registry::take`: kept from the lease file, or leased), asking again
+//! every two seconds until it has one, then renews the lease every ten
+//! (`registry::renew`). What the registry last answered is published for
+//! the status.
+//!
+//! A process of its own: it waits on the network, which neither the
+//! reserver nor a caller may.
+
+use super::skeleton::{enter, BgWorker};
+use crate::pg::clock::{now_ms, sleep_on_latch};
+use crate::pg::libpq::Connection;
+use crate::pg::{process, signals};
+use crate::registry::{renew, take};
+use crate::settings;
+use crate::shmem::Shmem;
+use crate::worker_id;
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use snowflake_id_core::config::WorkerSource;
+use std::time::Duration;
+
+/// How often a server without a lease asks again.
+const RETRY_MS: i64 = 2_000;
+/// How often a held lease is renewed (its `renewed_at` in the registry, and
+/// a check that it is still this server's).
+const RENEW_MS: i64 = 10_000;
+
+/// Registers the worker where the worker id comes from the registry (never
+/// in binary-upgrade mode: pg_upgrade's servers issue nothing). It starts
+/// once recovery has ended: it writes WAL.
+pub(super) fn register() {
+    let leases =
+        settings::config().is_ok_and(|c| matches!(c.worker, WorkerSource::Registry { .. }));
+    if !leases || process::binary_upgrade() {
+        return;
+    }
+    BackgroundWorkerBuilder::new("snowflake_id registry")
+        .set_type("snowflake_id registry")
+        .set_library("snowflake_id")
+        .set_function("snowflake_registry_main")
+        .enable_shmem_access(None)
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}
+
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
+    let Some(shm) = enter(BgWorker::Registry) else {
+        return;
+    };
+    let Ok(cfg) = settings::config() else {
+        return;
+    };
+    let WorkerSource::Registry { policy } = cfg.worker else {
+        return;
+    };
+    let mut conn: Option<Connection> = None;
+    let mut next_renew = 0;
+    loop {
+        if signals::terminating() {
+            process::exit(0);
+        }
+        // A changed connection string is used from the next question on.
+        let conninfo = settings::registry_conninfo();
+        signals::reload_if_asked();
+        if settings::registry_conninfo() != conninfo {
+            conn = None;
+        }
+        let wait = match worker_id::in_force(shm) {
+            None => match take(shm, cfg, policy, &mut conn) {
+                Ok(said) => {
+                    answered(shm, &said);
+                    next_renew = now_ms() + RENEW_MS;
+                    RENEW_MS
+                }
+                Err(f) => {
+                    conn = None;
+                    answered(shm, &f.to_text());
+                    RETRY_MS
+                }
+            },
+            Some(w) if now_ms() >= next_renew && shm.registry.gone().is_none() => {
+                match renew(shm, w, &mut conn) {
+                    Ok(said) => answered(shm, &said),
+                    Err(f) => {
+                        conn = None;
+                        answered(shm, &f.to_text());
+                    }
+                }
+                next_renew = now_ms() + RENEW_MS;
+                RENEW_MS
+            }
+            Some(_) => (next_renew - now_ms()).clamp(100, RENEW_MS),
+        };
+        sleep_on_latch(wait as u64);
+    }
+}
+
+fn answered(shm: &Shmem, text: &str) {
+    shm.registry.answered(text, now_ms());
+}

@@ -1,0 +1,69 @@
+//! What the registry worker publishes (`bgworkers::registry`): the
+//! registry's last answer, and whether the lease this server issued under
+//! is gone (released here, or the registry says so), which refuses
+//! generation (`mark::refused`).
+
+use super::pid::Pid;
+use snowflake_id_core::shared_text::SharedText;
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+
+/// Why the lease no longer covers IDs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub enum Gone {
+    /// `snowflake_release_worker_id()` ran here.
+    ReleasedHere = 1,
+    /// The registry says the lease was released (an operator's
+    /// `release_gone`).
+    ReleasedThere = 2,
+    /// The registry has another holder, or no row, for the worker id.
+    Lost = 3,
+}
+
+#[repr(C, align(64))]
+pub struct RegistryState {
+    pub pid: Pid,
+    /// The registry's last answer, in words (the worker alone writes it).
+    answer: SharedText,
+    answered_at_ms: AtomicI64,
+    /// 0, or a `Gone` (set once; a restart clears it).
+    gone: AtomicU8,
+}
+
+impl RegistryState {
+    pub const fn new() -> RegistryState {
+        RegistryState {
+            pid: Pid::new(),
+            answer: SharedText::new(),
+            answered_at_ms: AtomicI64::new(0),
+            gone: AtomicU8::new(0),
+        }
+    }
+
+    /// The registry worker: what the registry last answered, and when.
+    pub fn answered(&self, text: &str, at_ms: i64) {
+        self.answer.set(text);
+        self.answered_at_ms.store(at_ms, Ordering::Release);
+    }
+
+    pub fn answer(&self) -> Option<(String, i64)> {
+        let at = self.answered_at_ms.load(Ordering::Acquire);
+        (at != 0).then(|| (self.answer.get().unwrap_or_default(), at))
+    }
+
+    /// Marks the lease gone; whether it was gone already.
+    pub fn set_gone(&self, why: Gone) -> bool {
+        self.gone
+            .compare_exchange(0, why as u8, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+    }
+
+    pub fn gone(&self) -> Option<Gone> {
+        match self.gone.load(Ordering::SeqCst) {
+            1 => Some(Gone::ReleasedHere),
+            2 => Some(Gone::ReleasedThere),
+            3 => Some(Gone::Lost),
+            _ => None,
+        }
+    }
+}

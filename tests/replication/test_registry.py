@@ -1,0 +1,412 @@
+"""Worker ids leased from a registry database (worker_id_source = 'registry').
+
+Real servers on this machine: a registry (a server with the extension, its
+database made a registry by snowflake_registry_init() as a role of its own)
+and leasing servers that reach it over a Unix socket with libpq. Clocks are
+set with libfaketime where a test is about time; every wait is for a
+condition (a worker id in the status, an answer from the registry)."""
+
+import os
+import threading
+
+from claims_cluster import own_claims_seen, subscribe, sysid, wait_problem, wait_refreshes, writer
+from harness import PG_BIN, REPO, Server, _as_postgres, _chown, servers, started, wait_until
+
+PASSWORD = "fleet-secret-4711"
+
+
+def doc_block(marker):
+    """The code block after `<!-- marker: ... -->` in docs/operators.md: the
+    fleet recipe, run as written."""
+    with open(os.path.join(REPO, "docs", "operators.md")) as f:
+        text = f.read()
+    after = text.split(f"<!-- {marker}:", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1]
+
+
+def registry(made, name="reg-registry", hba=None):
+    """A registry made by the operators guide's recipe (run with psql):
+    database `registry`, owned by role `registrar` (no superuser), which
+    made it a registry; role `fleet` the leasing servers'."""
+    r = started(made, name, conf={"snowflake_id.worker_id": 900})
+    if hba:
+        path = os.path.join(r.data, "pg_hba.conf")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(hba + "\n" + text)
+        r.reload()
+    script = os.path.join(r.dir, "registry.sql")
+    with open(script, "w") as f:
+        # 13's default password_encryption is md5, which scram-sha-256 in
+        # pg_hba.conf does not take.
+        f.write("SET password_encryption = 'scram-sha-256';\n")
+        f.write(doc_block("registry-setup").replace("change-me", PASSWORD))
+    _chown(script)
+    out = _as_postgres([f"{PG_BIN}/psql", "-X", "-v", "ON_ERROR_STOP=1", "-h", r.dir, "-p", str(r.port),
+                        "-U", "postgres", "-d", "postgres", "-f", script]).stdout
+    assert "this database is a registry of worker ids" in out and "fleet may lease" in out, out
+    assert r.one("SELECT relowner::regrole::text FROM pg_class WHERE oid = 'snowflake_registry.worker_leases'::regclass",
+                 dbname="registry") == "registrar"
+    return r
+
+
+def conninfo(r, **extra):
+    words = {"host": r.dir, "port": r.port, "dbname": "registry", "user": "fleet", **extra}
+    return " ".join(f"{k}={v}" for k, v in words.items())
+
+
+def fleet_settings(r, policy):
+    """The operators guide's lines for every server of a fleet, pointed at
+    registry `r` (the guide's host is an example)."""
+    settings = {}
+    for line in doc_block("registry-fleet").strip().splitlines():
+        key, value = (part.strip() for part in line.split("=", 1))
+        settings[key] = value
+    assert settings.pop("shared_preload_libraries") == "'snowflake_id'"  # the harness preloads it
+    assert settings["snowflake_id.worker_id_source"] == "'registry'"
+    assert "user=fleet" in settings["snowflake_id.registry"] and "password" not in settings["snowflake_id.registry"]
+    settings["snowflake_id.registry"] = f"'{conninfo(r)}'"
+    settings["snowflake_id.registry_policy"] = f"'{policy}'"
+    return settings
+
+
+def leasing(made, name, r, policy="keep", start=True, conf=None, **kw):
+    """A server of the fleet: leases its worker id from registry `r`."""
+    s = Server(name, conf={
+        "snowflake_id.worker_id": None,
+        **fleet_settings(r, policy),
+        "cluster_name": f"'{name}'",
+        **(conf or {}),
+    }, **kw)
+    made.append(s)
+    if start:
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+    return s
+
+
+def status(s, column):
+    return s.one(f"SELECT {column} FROM snowflake_id.snowflake_status")
+
+
+def wait_leased(s):
+    """Waits until `s` issues under a leased worker id; returns it."""
+    wait_until(lambda: status(s, "worker_id") is not None,
+               lambda: f"{s.name} never leased: {status(s, 'registry')!r}, problem {status(s, 'problem')!r}")
+    return status(s, "worker_id")
+
+
+def leases(r):
+    return r.sql("SELECT worker_id, system_identifier::text, server_name, live, issues_above"
+                 " FROM snowflake_registry.leases ORDER BY worker_id", dbname="registry", user="registrar")
+
+
+def take(s, n=5000):
+    return [row[0] for row in s.sql(f"SELECT i FROM snowflake_nextval_batch({n}) i")]
+
+
+def decoded_workers(s, ids):
+    return {row[0] for row in s.sql("SELECT DISTINCT (snowflake_decode(i)).worker_id FROM unnest(%s::bigint[]) i",
+                                    (ids,))}
+
+
+def test_five_servers_starting_at_once_lease_five_worker_ids_and_never_collide():
+    with servers() as made:
+        r = registry(made)
+        fleet = [leasing(made, f"reg-five-{i}", r, start=False) for i in range(5)]
+        threads = [threading.Thread(target=s.start) for s in fleet]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s in fleet:
+            s.sql("CREATE EXTENSION snowflake_id")
+        workers = [wait_leased(s) for s in fleet]
+        assert sorted(workers) == [0, 1, 2, 3, 4], workers
+        rows = leases(r)
+        assert [(w, sysid_text) for w, sysid_text, *_ in rows] == sorted(
+            (status(s, "worker_id"), str(sysid(s))) for s in fleet), rows
+        assert all(live for *_, live, _ in rows), rows
+        assert {name for _, _, name, *_ in rows} == {s.name for s in fleet}
+        # Every server issues at once; all their IDs together repeat none.
+        made_ids = {}
+
+        def issue(s):
+            made_ids[s.name] = take(s, 20000)
+
+        threads = [threading.Thread(target=issue, args=(s,)) for s in fleet]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        every = [i for ids in made_ids.values() for i in ids]
+        assert len(every) == 100000 and len(set(every)) == len(every), "two leasing servers issued the same ID"
+        for s in fleet:
+            assert decoded_workers(s, made_ids[s.name]) == {status(s, "worker_id")}
+            assert status(s, "worker_id_source").startswith(f"the registry: worker id {status(s, 'worker_id')} leased at")
+            assert "leased worker id" in status(s, "registry") or "renewed" in status(s, "registry")
+            assert "leased from the registry (leased now)" in s.log_text()
+
+
+def test_a_restart_keeps_the_worker_id_with_the_registry_stopped():
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-keep", r)
+        w = wait_leased(s)
+        before = take(s)
+        r.stop()
+        s.restart()
+        # Kept from its file at once: no wait, no registry.
+        after = take(s)
+        assert decoded_workers(s, after) == {w}
+        assert min(after) > max(before)
+        assert "kept from" in s.log_text()
+        # A kill -9 keeps it too.
+        s.kill9_all()
+        s.start()
+        assert decoded_workers(s, take(s, 10)) == {w}
+        # And the registry, back, still lists one live lease for it.
+        r.start()
+        assert [(row[0], row[3]) for row in leases(r)] == [(w, True)]
+
+
+def test_a_first_start_without_the_registry_refuses_ids_and_recovers_when_it_is_back():
+    with servers() as made:
+        r = registry(made)
+        r.stop()
+        s = leasing(made, "reg-down", r)
+        wait_until(lambda: "cannot connect to the registry" in (status(s, "registry") or ""),
+                   lambda: f"no answer about the registry: {status(s, 'registry')!r}")
+        code, message, hint = s.error("SELECT snowflake_nextval()")
+        assert code == "55000", (code, message)
+        assert "no worker id yet" in message and "registry" in message, message
+        assert "snowflake_id.registry" in hint and "nothing needs a restart" in hint, hint
+        # Everything else works.
+        assert s.one("SELECT (snowflake_decode(1 << 22)).sequence") == 0
+        assert s.one("SELECT count(*) FROM pg_class") > 0
+        assert status(s, "worker_id") is None
+        r.start()
+        w = wait_leased(s)
+        assert decoded_workers(s, take(s, 10)) == {w}
+
+
+def test_disposable_leases_a_new_worker_id_at_every_start():
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-disposable", r, policy="disposable")
+        seen = [wait_leased(s)]
+        ids = take(s)
+        for _ in range(2):
+            s.restart()
+            seen.append(wait_leased(s))
+            more = take(s)
+            assert min(more) > max(ids)
+            ids += more
+        assert seen == [0, 1, 2], seen
+        assert len(set(ids)) == len(ids)
+        assert "ERROR" not in s.log_text()
+        # The spent ones stay leased (to this cluster) until an operator
+        # releases them: none is handed out again meanwhile.
+        assert [(row[0], row[1], row[3]) for row in leases(r)] == [(w, str(sysid(s)), True) for w in seen]
+
+
+def test_a_released_worker_id_goes_to_the_next_holder_above_its_last_id_time():
+    # One worker bit: worker ids 0 and 1 only, so a third server must reuse.
+    layout = {"snowflake_id.layout": "'time=41,worker=1,sequence=21,unit=1ms'"}
+    with servers() as made:
+        r = registry(made)
+        a = leasing(made, "reg-release-a", r, conf=layout, faketime=True)
+        a.set_clock(600)  # ten minutes ahead: its IDs carry times B's clock has not reached
+        assert wait_leased(a) == 0
+        other = leasing(made, "reg-release-o", r, conf=layout)
+        assert wait_leased(other) == 1
+        from_a = take(a, 20000)
+        # A third server finds none free, and says so.
+        b = leasing(made, "reg-release-b", r, conf=layout)
+        wait_until(lambda: "every worker id from 0 to 1 is leased" in (status(b, "registry") or ""),
+                   lambda: f"b's answer: {status(b, 'registry')!r}")
+        # Only a superuser may release.
+        a.sql("CREATE ROLE plain LOGIN")
+        code, message, _ = a.error("SELECT snowflake_release_worker_id()", user="plain")
+        assert code == "42501", (code, message)
+        said = a.one("SELECT snowflake_release_worker_id()")
+        assert "worker id 0 released to the registry" in said, said
+        code, message, hint = a.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "released its worker id" in message, message
+        # b leases 0 now, and issues above every ID a issued under it.
+        assert wait_leased(b) == 0
+        from_b = take(b, 20000)
+        assert min(from_b) > max(from_a), "the next holder issued below the released holder's IDs"
+        assert not set(from_a) & set(from_b)
+        assert decoded_workers(b, from_b) == {0}
+        assert "previous holder's last ID time" in status(b, "worker_id_source")
+        row = [row for row in leases(r) if row[0] == 0][0]
+        assert row[1] == str(sysid(b)) and row[3] is True and row[4] is not None, row
+        # The registry's own role frees a gone server's worker id by statement;
+        # a live holder finds out at its next renew and stops.
+        r.one("SELECT snowflake_registry.release_gone(1, now())", dbname="registry", user="registrar")
+        wait_until(lambda: "was released" in (status(other, "problem") or ""),
+                   lambda: f"o's problem: {status(other, 'problem')!r}")
+        code, message, _ = other.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "released" in message, message
+        # Clients cannot: release_gone is the registry role's.
+        code, message, _ = r.error("SELECT snowflake_registry.release_gone(0, now())", dbname="registry",
+                                   user="fleet")
+        assert code == "42501", (code, message)
+        code, message, _ = r.error("DELETE FROM snowflake_registry.worker_leases", dbname="registry", user="fleet")
+        assert code == "42501", (code, message)
+
+
+def test_a_base_backup_keeps_the_lease_and_the_claims_refuse_the_later_of_the_two():
+    """A base backup started beside its original: same system identifier,
+    same lease (its file came along). The claims refuse the later of the
+    two (the copy): at once, from the original's claim the backup carried,
+    and for as long as the original's claim reaches it and stays live."""
+    with servers() as made:
+        r = registry(made)
+        p = writer(made, "reg-copy-p", None, conf=fleet_settings(r, "keep"))
+        w = wait_leased(p)
+        wait_until(lambda: own_claims_seen(p), "p never claimed")
+        ip = p.one("SELECT instance FROM snowflake_id.snowflake_claims")
+        p.sql(f"CREATE PUBLICATION own_claim FOR TABLE snowflake_id.snowflake_claims WHERE (instance = {ip})"
+              " WITH (publish = 'insert, update, delete')")
+        r.stop()
+        c = started(made, "reg-copy-c", copy_of=p,
+                    conf={"cluster_name": "'reg-copy-c'", "snowflake_id.worker_id": None})
+        # The copy holds the same lease, asking nobody (the registry is down).
+        assert wait_leased(c) == w
+        refusal = f"worker id {w} is also claimed by the live server \"reg-copy-p\""
+        wait_problem(c, refusal)
+        code, message, _ = c.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "reg-copy-p" in message, message
+        # p's claim reaches c (c has its row already, from the backup): c
+        # goes on refusing while p lives, past the 10 s a claim stays live
+        # unrefreshed; p issues on.
+        subscribe(c, "from_p", p, "own_claim", copy_data=False)
+        wait_refreshes(p, 7, each=lambda: wait_problem(c, refusal))
+        assert c.error("SELECT snowflake_nextval()")[0] == "55000"
+        assert p.one("SELECT snowflake_nextval()") > 0
+        r.start()
+        assert len(leases(r)) == 1
+
+
+def test_pg_upgrade_into_a_new_cluster_leases_anew():
+    with servers() as made:
+        r = registry(made)
+        old = leasing(made, "reg-up-old", r)
+        w_old = wait_leased(old)
+        old_sysid = str(sysid(old))
+        top = max(take(old))
+        old.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT snowflake_nextval())")
+        old.sql("INSERT INTO t SELECT i FROM unnest(%s::bigint[]) i", ([top],))
+        old.stop()
+        new = leasing(made, "reg-up-new", r, start=False)
+        _as_postgres([f"{PG_BIN}/pg_upgrade", "--link", "-b", PG_BIN, "-B", PG_BIN, "-d", old.data, "-D", new.data,
+                      "-p", str(old.port), "-P", str(new.port), "-U", "postgres", "-s", new.dir], cwd=new.dir)
+        new.start()
+        w_new = wait_leased(new)
+        assert w_new != w_old
+        ids = [row[0] for row in new.sql("INSERT INTO t DEFAULT VALUES RETURNING id")]
+        assert ids[0] > top and decoded_workers(new, ids) == {w_new}
+        # The old cluster's lease stays its own (nobody released it).
+        rows = leases(r)
+        assert {(row[0], row[1]) for row in rows} == {(w_old, old_sysid), (w_new, str(sysid(new)))}, rows
+
+
+def test_a_registry_is_its_own_roles_or_nothing():
+    """snowflake_registry_init() run by another role, over a registry that
+    exists: refused, not taken over; the leasing role writes nothing."""
+    with servers() as made:
+        r = registry(made)
+        r.sql("CREATE ROLE squatter LOGIN")
+        r.sql("GRANT CREATE ON DATABASE registry TO squatter", dbname="registry")
+        r.sql("GRANT EXECUTE ON FUNCTION snowflake_registry_init(regrole) TO squatter", dbname="registry")
+        code, message, hint = r.error("SELECT snowflake_registry_init('squatter')", dbname="registry",
+                                      user="squatter")
+        assert code == "42501" and "schema snowflake_registry belongs to another role" in message, (code, message)
+        assert "snowflake_registry_init()" in hint
+        for statement in ("INSERT INTO snowflake_registry.worker_leases VALUES (7, 1, 'x', 'keep', now(), now())",
+                          "UPDATE snowflake_registry.worker_leases SET released_at = now()",
+                          "SELECT snowflake_registry.release_gone(0, now())"):
+            for user in ("fleet", "squatter"):
+                assert r.error(statement, dbname="registry", user=user)[0] == "42501", (statement, user)
+        # Without EXECUTE granted, nobody may make a database a registry.
+        r.sql("CREATE ROLE nobody LOGIN")
+        assert r.error("SELECT snowflake_registry_init()", dbname="registry", user="nobody")[0] == "42501"
+
+
+def test_a_hostile_registry_answer_is_refused():
+    """A registry whose lease() answers rows no registry writes: NULLs, a
+    worker id past the layout, another cluster's system identifier."""
+    with servers() as made:
+        fake = started(made, "reg-fake", conf={"snowflake_id.worker_id": 901})
+        fake.sql("CREATE ROLE fleet LOGIN")
+        fake.sql("CREATE DATABASE registry")
+        fake.sql("CREATE SCHEMA snowflake_registry AUTHORIZATION fleet", dbname="registry")
+
+        def answer(w, sys, floor="NULL"):
+            fake.sql("CREATE OR REPLACE FUNCTION snowflake_registry.lease(numeric, text, text, integer)"
+                     " RETURNS TABLE (worker_id integer, system_identifier numeric, leased_at_ms bigint,"
+                     f" floor_ms bigint) LANGUAGE sql AS $$ SELECT {w}::integer, {sys}::numeric, 0::bigint,"
+                     f" {floor}::bigint $$", dbname="registry")
+
+        answer("NULL", "$1")
+        s = leasing(made, "reg-hostile", fake)
+
+        def refused(words):
+            wait_until(lambda: words in (status(s, "registry") or ""),
+                       lambda: f"answer: {status(s, 'registry')!r}, expected {words!r}")
+            assert status(s, "worker_id") is None
+            code, message, _ = s.error("SELECT snowflake_nextval()")
+            assert code == "55000", (code, message)
+
+        refused("worker_id is NULL")
+        answer("2000000", "$1")
+        refused("worker id 2000000 is not one of this layout's (0 to 1023)")
+        answer("3", "$1 + 1")
+        refused("not to this cluster's")
+        answer("3", "$1", floor="-5")
+        refused("is not a time")
+        # A whole answer is taken.
+        answer("3", "$1")
+        assert wait_leased(s) == 3
+
+
+def test_the_registry_password_is_not_readable_on_a_leasing_server():
+    with servers() as made:
+        r = registry(made, hba="local registry fleet scram-sha-256")
+        s = leasing(made, "reg-secret", r, start=False)
+        passfile = os.path.join(s.dir, "registry.pgpass")
+        with open(passfile, "w") as f:
+            f.write(f"{r.dir}:{r.port}:registry:fleet:{PASSWORD}\n")
+        _chown(passfile)
+        os.chmod(passfile, 0o600)
+        s.set_conf(snowflake_id__registry=f"'{conninfo(r, passfile=passfile)}'")
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        assert wait_leased(s) == 0
+        s.sql("CREATE ROLE plain LOGIN")
+        s.sql("CREATE ROLE watcher LOGIN IN ROLE pg_monitor")
+        code, message, _ = s.error("SHOW snowflake_id.registry", user="plain")
+        assert code == "42501", (code, message)
+        assert s.sql("SELECT setting FROM pg_settings WHERE name = 'snowflake_id.registry'", user="plain") == []
+        for user in ("plain", "watcher"):
+            code, _, _ = s.error(f"SELECT pg_read_file('{passfile}')", user=user)
+            assert code == "42501"
+            code, _, _ = s.error("ALTER SYSTEM SET snowflake_id.registry = 'host=elsewhere'", user=user)
+            assert code == "42501"
+        # A monitoring role sees the status (and, with pg_read_all_settings,
+        # the connection string): the password is in neither.
+        row = s.sql("SELECT * FROM snowflake_id.snowflake_status", user="watcher")
+        assert "fleet-secret" not in repr(row)
+        assert "fleet-secret" not in s.one("SHOW snowflake_id.registry", user="watcher")
+        # A password written into the setting is refused, and not repeated.
+        s.sql("ALTER SYSTEM SET snowflake_id.registry = %s", (conninfo(r, password=PASSWORD),))
+        s.sql("SELECT pg_reload_conf()")
+        s.restart()
+        s.sql("SELECT 1")
+        # Still issuing under its kept lease; the renew says why it cannot ask.
+        wait_until(lambda: "holds a password" in (status(s, "registry") or ""),
+                   lambda: f"answer: {status(s, 'registry')!r}")
+        assert "fleet-secret" not in status(s, "registry")
