@@ -606,6 +606,13 @@ BEGIN
             CHECK (system_identifier BETWEEN 0 AND 18446744073709551615),
         server_name text NOT NULL,
         policy text NOT NULL CHECK (policy IN ('keep', 'disposable')),
+        -- The role that leased it (the connection's): only it releases it.
+        holder_role name NOT NULL,
+        -- The start that leased it, for a 'disposable' lease: a retry of
+        -- the same start is given the same worker id, not another.
+        start_token text,
+        -- The holder's backfill worker id, if it has one: never leased live.
+        backfill_worker_id integer,
         leased_at timestamptz NOT NULL,
         renewed_at timestamptz NOT NULL,
         released_at timestamptz,
@@ -626,7 +633,7 @@ BEGIN
     REVOKE ALL ON snowflake_registry.worker_leases FROM PUBLIC;
 
     CREATE OR REPLACE VIEW snowflake_registry.leases AS
-        SELECT worker_id, system_identifier, server_name, policy,
+        SELECT worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
                leased_at, renewed_at, released_at,
                CASE WHEN last_id_ms IS NOT NULL
                     THEN pg_catalog.to_timestamp(last_id_ms / 1000.0) END AS last_id_time,
@@ -638,11 +645,15 @@ BEGIN
     REVOKE ALL ON snowflake_registry.leases FROM PUBLIC;
 
     -- A worker id for the server `sysid` (its name for people, its policy,
-    -- its layout's largest worker id): with 'keep', the one it holds if it
-    -- holds one; else the lowest never leased; else the one released
-    -- longest ago, above its last holder's last ID time. One at a time.
+    -- its layout's largest worker id, its start, its backfill worker id or
+    -- -1): with 'keep', the one it holds if it holds one; with
+    -- 'disposable', the one this start leased already; else the lowest
+    -- never leased; else the one released longest ago, above its last
+    -- holder's last ID time. None that is a live holder's backfill worker
+    -- id. One at a time.
     CREATE OR REPLACE FUNCTION snowflake_registry.lease(
-        sysid numeric, holder_name text, wanted_policy text, max_worker_id integer)
+        sysid numeric, holder_name text, wanted_policy text, max_worker_id integer,
+        token text, backfill integer)
     RETURNS TABLE (worker_id integer, system_identifier numeric, leased_at_ms bigint, floor_ms bigint)
     VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
@@ -652,42 +663,60 @@ BEGIN
     DECLARE
         w integer;
         f bigint;
+        other text;
     BEGIN
         IF wanted_policy NOT IN ('keep', 'disposable') THEN
             RAISE EXCEPTION 'unknown lease policy %', quote_literal(wanted_policy)
                 USING ERRCODE = '22023', HINT = 'Use ''keep'' or ''disposable''.';
         END IF;
-        IF max_worker_id < 0 OR sysid < 0 OR sysid > 18446744073709551615 THEN
+        IF max_worker_id < 0 OR sysid < 0 OR sysid > 18446744073709551615 OR backfill > max_worker_id THEN
             RAISE EXCEPTION 'no lease for system identifier % with worker ids 0 to %', sysid, max_worker_id
                 USING ERRCODE = '22023';
         END IF;
         LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
-        IF wanted_policy = 'keep' THEN
-            SELECT l.worker_id INTO w FROM snowflake_registry.worker_leases l
-                WHERE l.system_identifier = sysid AND l.released_at IS NULL
-                  AND l.policy = 'keep' AND l.worker_id <= max_worker_id
-                ORDER BY l.worker_id LIMIT 1;
+        SELECT l.server_name INTO other FROM snowflake_registry.worker_leases l
+            WHERE l.worker_id = backfill AND l.released_at IS NULL AND l.system_identifier <> sysid;
+        IF FOUND THEN
+            RAISE EXCEPTION 'worker id %, this server''s snowflake_id.backfill_worker_id, is leased live to "%"', backfill, other
+                USING ERRCODE = '55000',
+                      HINT = 'Give this server a backfill worker id the registry has not leased (ids counted down from the layout''s largest stay free longest), then reload.';
         END IF;
+        SELECT l.worker_id INTO w FROM snowflake_registry.worker_leases l
+            WHERE l.system_identifier = sysid AND l.released_at IS NULL
+              AND l.policy = wanted_policy AND l.worker_id <= max_worker_id
+              AND (wanted_policy = 'keep' OR l.start_token = token)
+            ORDER BY l.worker_id LIMIT 1;
         IF w IS NOT NULL THEN
             UPDATE snowflake_registry.worker_leases l
-                SET renewed_at = clock_timestamp(), server_name = holder_name
+                SET renewed_at = clock_timestamp(), server_name = holder_name,
+                    backfill_worker_id = NULLIF(backfill, -1)
                 WHERE l.worker_id = w;
         ELSE
             -- Past the largest first; the gaps only once that is used up.
-            SELECT COALESCE(max(l.worker_id) + 1, 0) INTO w FROM snowflake_registry.worker_leases l;
-            IF w > max_worker_id THEN
+            SELECT COALESCE(max(l.worker_id) FILTER (WHERE l.worker_id <= max_worker_id) + 1, 0) INTO w
+                FROM snowflake_registry.worker_leases l;
+            IF w > max_worker_id OR w = backfill OR EXISTS (
+                    SELECT FROM snowflake_registry.worker_leases l
+                    WHERE l.backfill_worker_id = w AND l.released_at IS NULL) THEN
                 SELECT g INTO w FROM generate_series(0, max_worker_id) g
-                    WHERE NOT EXISTS (SELECT FROM snowflake_registry.worker_leases l WHERE l.worker_id = g)
+                    WHERE g <> backfill
+                      AND NOT EXISTS (SELECT FROM snowflake_registry.worker_leases l
+                                      WHERE l.worker_id = g
+                                         OR (l.backfill_worker_id = g AND l.released_at IS NULL))
                     ORDER BY g LIMIT 1;
             END IF;
             IF w IS NOT NULL THEN
                 INSERT INTO snowflake_registry.worker_leases AS l
-                    (worker_id, system_identifier, server_name, policy, leased_at, renewed_at)
-                    VALUES (w, sysid, holder_name, wanted_policy, clock_timestamp(), clock_timestamp());
+                    (worker_id, system_identifier, server_name, policy, holder_role, start_token,
+                     backfill_worker_id, leased_at, renewed_at)
+                    VALUES (w, sysid, holder_name, wanted_policy, session_user, token,
+                            NULLIF(backfill, -1), clock_timestamp(), clock_timestamp());
             ELSE
                 SELECT l.worker_id, GREATEST(l.last_id_ms, l.floor_ms) INTO w, f
                     FROM snowflake_registry.worker_leases l
-                    WHERE l.released_at IS NOT NULL AND l.worker_id <= max_worker_id
+                    WHERE l.released_at IS NOT NULL AND l.worker_id <= max_worker_id AND l.worker_id <> backfill
+                      AND NOT EXISTS (SELECT FROM snowflake_registry.worker_leases b
+                                      WHERE b.backfill_worker_id = l.worker_id AND b.released_at IS NULL)
                     ORDER BY l.released_at, l.worker_id LIMIT 1;
                 IF w IS NULL THEN
                     RAISE EXCEPTION 'every worker id from 0 to % is leased', max_worker_id
@@ -696,6 +725,8 @@ BEGIN
                 END IF;
                 UPDATE snowflake_registry.worker_leases l
                     SET system_identifier = sysid, server_name = holder_name, policy = wanted_policy,
+                        holder_role = session_user, start_token = token,
+                        backfill_worker_id = NULLIF(backfill, -1),
                         leased_at = clock_timestamp(), renewed_at = clock_timestamp(),
                         released_at = NULL, last_id_ms = NULL, floor_ms = f,
                         times_leased = l.times_leased + 1
@@ -708,44 +739,68 @@ BEGIN
     END
     $lease$;
 
-    -- The holder says it still holds `w`: 'held', or 'released' / 'lost'
-    -- (then it stops issuing under it).
-    CREATE OR REPLACE FUNCTION snowflake_registry.renew(w integer, sysid numeric)
+    -- The holder says it still holds `w`: 'held'; 'released' or 'lost'
+    -- (another's now), and it stops issuing under it; 'restored' where the
+    -- registry had no row for it (restored from an older backup, or a row
+    -- deleted by hand): the lease is written back, within the holder's
+    -- layout.
+    CREATE OR REPLACE FUNCTION snowflake_registry.renew(
+        w integer, sysid numeric, holder_name text, held_policy text, max_worker_id integer, backfill integer)
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '10s'
     LANGUAGE plpgsql AS $renew$
     DECLARE
         r record;
     BEGIN
+        IF held_policy NOT IN ('keep', 'disposable') OR w < 0 OR w > max_worker_id OR backfill > max_worker_id
+           OR sysid < 0 OR sysid > 18446744073709551615 THEN
+            RAISE EXCEPTION 'no renew of worker id % (0 to %) under policy %', w, max_worker_id,
+                quote_literal(held_policy) USING ERRCODE = '22023';
+        END IF;
+        LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
         SELECT * INTO r FROM snowflake_registry.worker_leases l WHERE l.worker_id = w;
-        IF NOT FOUND OR r.system_identifier <> sysid THEN
+        IF NOT FOUND THEN
+            INSERT INTO snowflake_registry.worker_leases
+                (worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
+                 leased_at, renewed_at)
+                VALUES (w, sysid, holder_name, held_policy, session_user, NULLIF(backfill, -1),
+                        clock_timestamp(), clock_timestamp());
+            RETURN 'restored';
+        ELSIF r.system_identifier <> sysid THEN
             RETURN 'lost';
         ELSIF r.released_at IS NOT NULL THEN
             RETURN 'released';
         END IF;
-        UPDATE snowflake_registry.worker_leases l SET renewed_at = clock_timestamp() WHERE l.worker_id = w;
+        UPDATE snowflake_registry.worker_leases l
+            SET renewed_at = clock_timestamp(), backfill_worker_id = NULLIF(backfill, -1)
+            WHERE l.worker_id = w;
         RETURN 'held';
     END
     $renew$;
 
-    -- The holder gives `w` back; every ID it issued is at or below
-    -- `last_ms` (Unix ms). Again after a release: the larger time stays.
+    -- The holder gives `w` back; every ID it issued is at or before
+    -- `last_ms` (Unix ms, at most an hour ahead of this server's clock).
+    -- Only the role that leased it may. Again after a release: the larger
+    -- time stays.
     CREATE OR REPLACE FUNCTION snowflake_registry.release(w integer, sysid numeric, last_ms bigint)
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '10s'
     LANGUAGE plpgsql AS $release$
     BEGIN
-        IF last_ms < 0 THEN
-            RAISE EXCEPTION 'a last ID time before 1970 (% ms)', last_ms USING ERRCODE = '22023';
+        IF last_ms < 0 OR last_ms > (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000)::bigint THEN
+            RAISE EXCEPTION 'a last ID time of % ms since 1970 is before 1970 or more than an hour ahead of the registry''s clock', last_ms
+                USING ERRCODE = '22023';
         END IF;
         UPDATE snowflake_registry.worker_leases l
             SET released_at = COALESCE(l.released_at, clock_timestamp()),
                 last_id_ms = GREATEST(l.last_id_ms, last_ms)
-            WHERE l.worker_id = w AND l.system_identifier = sysid;
+            WHERE l.worker_id = w AND l.system_identifier = sysid AND l.holder_role = session_user;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'worker id % is not leased to system identifier %', w, sysid
+            RAISE EXCEPTION 'worker id % is not leased to system identifier % by role %', w, sysid, session_user
                 USING ERRCODE = '55000',
-                      HINT = 'SELECT * FROM snowflake_registry.leases in the registry shows who holds it.';
+                      HINT = 'SELECT * FROM snowflake_registry.leases in the registry, as its own role, shows who holds it.';
         END IF;
         RETURN 'released';
     END
@@ -753,12 +808,18 @@ BEGIN
 
     -- The registry's role frees the worker id of a server gone for good;
     -- `last_id_time`: the latest time its IDs carry (the time of its
-    -- largest ID, snowflake_decode(max(id)), or later). Not for clients.
+    -- largest ID, snowflake_decode(max(id)), or later; an hour ahead at
+    -- most). Not for clients.
     CREATE OR REPLACE FUNCTION snowflake_registry.release_gone(w integer, last_id_time timestamptz)
     RETURNS text VOLATILE STRICT PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     LANGUAGE plpgsql AS $gone$
     BEGIN
+        IF last_id_time > clock_timestamp() + interval '1 hour' OR last_id_time < 'epoch'::timestamptz THEN
+            RAISE EXCEPTION 'a last ID time of % is before 1970 or more than an hour ahead of this server''s clock', last_id_time
+                USING ERRCODE = '22023',
+                      HINT = 'IDs more than an hour ahead of the clock are refused by every server; give the time of the gone server''s largest ID.';
+        END IF;
         UPDATE snowflake_registry.worker_leases l
             SET released_at = COALESCE(l.released_at, clock_timestamp()),
                 last_id_ms = GREATEST(l.last_id_ms, (extract(epoch FROM last_id_time) * 1000)::bigint)
@@ -770,15 +831,14 @@ BEGIN
     END
     $gone$;
 
-    REVOKE ALL ON FUNCTION snowflake_registry.lease(numeric, text, text, integer) FROM PUBLIC;
-    REVOKE ALL ON FUNCTION snowflake_registry.renew(integer, numeric) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION snowflake_registry.lease(numeric, text, text, integer, text, integer) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION snowflake_registry.renew(integer, numeric, text, text, integer, integer) FROM PUBLIC;
     REVOKE ALL ON FUNCTION snowflake_registry.release(integer, numeric, bigint) FROM PUBLIC;
     REVOKE ALL ON FUNCTION snowflake_registry.release_gone(integer, timestamptz) FROM PUBLIC;
     IF client IS NOT NULL THEN
         EXECUTE format('GRANT USAGE ON SCHEMA snowflake_registry TO %s', client);
-        EXECUTE format('GRANT SELECT ON snowflake_registry.leases TO %s', client);
-        EXECUTE format('GRANT EXECUTE ON FUNCTION snowflake_registry.lease(numeric, text, text, integer), '
-                       'snowflake_registry.renew(integer, numeric), '
+        EXECUTE format('GRANT EXECUTE ON FUNCTION snowflake_registry.lease(numeric, text, text, integer, text, integer), '
+                       'snowflake_registry.renew(integer, numeric, text, text, integer, integer), '
                        'snowflake_registry.release(integer, numeric, bigint) TO %s', client);
     END IF;
     RETURN format('this database is a registry of worker ids (snowflake_registry.leases lists them)%s',

@@ -7,6 +7,22 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/api/decode.rs:93
+
+-- The parts of an ID under this server's layout. STABLE: the layout is fixed
+-- while the server runs, but a restart with other settings changes it.
+CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record STABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
+
+-- The parts of an ID under a named layout (or a custom one that names its
+-- epoch). IMMUTABLE: a named layout never changes.
+CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
+RETURNS record IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/api/registry.rs:22
 -- snowflake_registry_init(): makes this database a registry that hands out
 -- worker ids to servers with snowflake_id.worker_id_source = 'registry'.
@@ -15,14 +31,15 @@ The ordering of items is not stable, it is driven by a dependency graph.
 -- a superuser): it owns the lease table, and nothing but the functions
 -- below, which run as that role, writes it. `client` is the role leasing
 -- servers connect as (snowflake_id.registry's user=): it may call lease,
--- renew and release, and read the list, nothing else. Safe to run again
--- (it grants to a further client). Its objects are plain ones, not the
--- extension's: pg_dump keeps them with the data.
+-- renew and release, nothing else (not even read the list). Safe to run
+-- again (it grants to a further client). Its objects are plain ones, not
+-- the extension's: pg_dump keeps them with the data.
 --
--- A lease never expires: only release() (by the server that holds it, at
+-- A lease never expires: only release() (by the role that leased it, at
 -- decommission) or release_gone() (by the registry's role, for a server
 -- gone for good) frees a worker id, and its next holder issues above the
--- last ID time given there.
+-- last ID time given there (never more than an hour ahead of the
+-- registry's clock).
 CREATE FUNCTION snowflake_registry_init(client regrole DEFAULT NULL)
 RETURNS text VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -44,6 +61,13 @@ BEGIN
             CHECK (system_identifier BETWEEN 0 AND 18446744073709551615),
         server_name text NOT NULL,
         policy text NOT NULL CHECK (policy IN ('keep', 'disposable')),
+        -- The role that leased it (the connection's): only it releases it.
+        holder_role name NOT NULL,
+        -- The start that leased it, for a 'disposable' lease: a retry of
+        -- the same start is given the same worker id, not another.
+        start_token text,
+        -- The holder's backfill worker id, if it has one: never leased live.
+        backfill_worker_id integer,
         leased_at timestamptz NOT NULL,
         renewed_at timestamptz NOT NULL,
         released_at timestamptz,
@@ -64,7 +88,7 @@ BEGIN
     REVOKE ALL ON snowflake_registry.worker_leases FROM PUBLIC;
 
     CREATE OR REPLACE VIEW snowflake_registry.leases AS
-        SELECT worker_id, system_identifier, server_name, policy,
+        SELECT worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
                leased_at, renewed_at, released_at,
                CASE WHEN last_id_ms IS NOT NULL
                     THEN pg_catalog.to_timestamp(last_id_ms / 1000.0) END AS last_id_time,
@@ -76,11 +100,15 @@ BEGIN
     REVOKE ALL ON snowflake_registry.leases FROM PUBLIC;
 
     -- A worker id for the server `sysid` (its name for people, its policy,
-    -- its layout's largest worker id): with 'keep', the one it holds if it
-    -- holds one; else the lowest never leased; else the one released
-    -- longest ago, above its last holder's last ID time. One at a time.
+    -- its layout's largest worker id, its start, its backfill worker id or
+    -- -1): with 'keep', the one it holds if it holds one; with
+    -- 'disposable', the one this start leased already; else the lowest
+    -- never leased; else the one released longest ago, above its last
+    -- holder's last ID time. None that is a live holder's backfill worker
+    -- id. One at a time.
     CREATE OR REPLACE FUNCTION snowflake_registry.lease(
-        sysid numeric, holder_name text, wanted_policy text, max_worker_id integer)
+        sysid numeric, holder_name text, wanted_policy text, max_worker_id integer,
+        token text, backfill integer)
     RETURNS TABLE (worker_id integer, system_identifier numeric, leased_at_ms bigint, floor_ms bigint)
     VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
@@ -90,42 +118,60 @@ BEGIN
     DECLARE
         w integer;
         f bigint;
+        other text;
     BEGIN
         IF wanted_policy NOT IN ('keep', 'disposable') THEN
             RAISE EXCEPTION 'unknown lease policy %', quote_literal(wanted_policy)
                 USING ERRCODE = '22023', HINT = 'Use ''keep'' or ''disposable''.';
         END IF;
-        IF max_worker_id < 0 OR sysid < 0 OR sysid > 18446744073709551615 THEN
+        IF max_worker_id < 0 OR sysid < 0 OR sysid > 18446744073709551615 OR backfill > max_worker_id THEN
             RAISE EXCEPTION 'no lease for system identifier % with worker ids 0 to %', sysid, max_worker_id
                 USING ERRCODE = '22023';
         END IF;
         LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
-        IF wanted_policy = 'keep' THEN
-            SELECT l.worker_id INTO w FROM snowflake_registry.worker_leases l
-                WHERE l.system_identifier = sysid AND l.released_at IS NULL
-                  AND l.policy = 'keep' AND l.worker_id <= max_worker_id
-                ORDER BY l.worker_id LIMIT 1;
+        SELECT l.server_name INTO other FROM snowflake_registry.worker_leases l
+            WHERE l.worker_id = backfill AND l.released_at IS NULL AND l.system_identifier <> sysid;
+        IF FOUND THEN
+            RAISE EXCEPTION 'worker id %, this server''s snowflake_id.backfill_worker_id, is leased live to "%"', backfill, other
+                USING ERRCODE = '55000',
+                      HINT = 'Give this server a backfill worker id the registry has not leased (ids counted down from the layout''s largest stay free longest), then reload.';
         END IF;
+        SELECT l.worker_id INTO w FROM snowflake_registry.worker_leases l
+            WHERE l.system_identifier = sysid AND l.released_at IS NULL
+              AND l.policy = wanted_policy AND l.worker_id <= max_worker_id
+              AND (wanted_policy = 'keep' OR l.start_token = token)
+            ORDER BY l.worker_id LIMIT 1;
         IF w IS NOT NULL THEN
             UPDATE snowflake_registry.worker_leases l
-                SET renewed_at = clock_timestamp(), server_name = holder_name
+                SET renewed_at = clock_timestamp(), server_name = holder_name,
+                    backfill_worker_id = NULLIF(backfill, -1)
                 WHERE l.worker_id = w;
         ELSE
             -- Past the largest first; the gaps only once that is used up.
-            SELECT COALESCE(max(l.worker_id) + 1, 0) INTO w FROM snowflake_registry.worker_leases l;
-            IF w > max_worker_id THEN
+            SELECT COALESCE(max(l.worker_id) FILTER (WHERE l.worker_id <= max_worker_id) + 1, 0) INTO w
+                FROM snowflake_registry.worker_leases l;
+            IF w > max_worker_id OR w = backfill OR EXISTS (
+                    SELECT FROM snowflake_registry.worker_leases l
+                    WHERE l.backfill_worker_id = w AND l.released_at IS NULL) THEN
                 SELECT g INTO w FROM generate_series(0, max_worker_id) g
-                    WHERE NOT EXISTS (SELECT FROM snowflake_registry.worker_leases l WHERE l.worker_id = g)
+                    WHERE g <> backfill
+                      AND NOT EXISTS (SELECT FROM snowflake_registry.worker_leases l
+                                      WHERE l.worker_id = g
+                                         OR (l.backfill_worker_id = g AND l.released_at IS NULL))
                     ORDER BY g LIMIT 1;
             END IF;
             IF w IS NOT NULL THEN
                 INSERT INTO snowflake_registry.worker_leases AS l
-                    (worker_id, system_identifier, server_name, policy, leased_at, renewed_at)
-                    VALUES (w, sysid, holder_name, wanted_policy, clock_timestamp(), clock_timestamp());
+                    (worker_id, system_identifier, server_name, policy, holder_role, start_token,
+                     backfill_worker_id, leased_at, renewed_at)
+                    VALUES (w, sysid, holder_name, wanted_policy, session_user, token,
+                            NULLIF(backfill, -1), clock_timestamp(), clock_timestamp());
             ELSE
                 SELECT l.worker_id, GREATEST(l.last_id_ms, l.floor_ms) INTO w, f
                     FROM snowflake_registry.worker_leases l
-                    WHERE l.released_at IS NOT NULL AND l.worker_id <= max_worker_id
+                    WHERE l.released_at IS NOT NULL AND l.worker_id <= max_worker_id AND l.worker_id <> backfill
+                      AND NOT EXISTS (SELECT FROM snowflake_registry.worker_leases b
+                                      WHERE b.backfill_worker_id = l.worker_id AND b.released_at IS NULL)
                     ORDER BY l.released_at, l.worker_id LIMIT 1;
                 IF w IS NULL THEN
                     RAISE EXCEPTION 'every worker id from 0 to % is leased', max_worker_id
@@ -134,6 +180,8 @@ BEGIN
                 END IF;
                 UPDATE snowflake_registry.worker_leases l
                     SET system_identifier = sysid, server_name = holder_name, policy = wanted_policy,
+                        holder_role = session_user, start_token = token,
+                        backfill_worker_id = NULLIF(backfill, -1),
                         leased_at = clock_timestamp(), renewed_at = clock_timestamp(),
                         released_at = NULL, last_id_ms = NULL, floor_ms = f,
                         times_leased = l.times_leased + 1
@@ -146,44 +194,68 @@ BEGIN
     END
     $lease$;
 
-    -- The holder says it still holds `w`: 'held', or 'released' / 'lost'
-    -- (then it stops issuing under it).
-    CREATE OR REPLACE FUNCTION snowflake_registry.renew(w integer, sysid numeric)
+    -- The holder says it still holds `w`: 'held'; 'released' or 'lost'
+    -- (another's now), and it stops issuing under it; 'restored' where the
+    -- registry had no row for it (restored from an older backup, or a row
+    -- deleted by hand): the lease is written back, within the holder's
+    -- layout.
+    CREATE OR REPLACE FUNCTION snowflake_registry.renew(
+        w integer, sysid numeric, holder_name text, held_policy text, max_worker_id integer, backfill integer)
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '10s'
     LANGUAGE plpgsql AS $renew$
     DECLARE
         r record;
     BEGIN
+        IF held_policy NOT IN ('keep', 'disposable') OR w < 0 OR w > max_worker_id OR backfill > max_worker_id
+           OR sysid < 0 OR sysid > 18446744073709551615 THEN
+            RAISE EXCEPTION 'no renew of worker id % (0 to %) under policy %', w, max_worker_id,
+                quote_literal(held_policy) USING ERRCODE = '22023';
+        END IF;
+        LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
         SELECT * INTO r FROM snowflake_registry.worker_leases l WHERE l.worker_id = w;
-        IF NOT FOUND OR r.system_identifier <> sysid THEN
+        IF NOT FOUND THEN
+            INSERT INTO snowflake_registry.worker_leases
+                (worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
+                 leased_at, renewed_at)
+                VALUES (w, sysid, holder_name, held_policy, session_user, NULLIF(backfill, -1),
+                        clock_timestamp(), clock_timestamp());
+            RETURN 'restored';
+        ELSIF r.system_identifier <> sysid THEN
             RETURN 'lost';
         ELSIF r.released_at IS NOT NULL THEN
             RETURN 'released';
         END IF;
-        UPDATE snowflake_registry.worker_leases l SET renewed_at = clock_timestamp() WHERE l.worker_id = w;
+        UPDATE snowflake_registry.worker_leases l
+            SET renewed_at = clock_timestamp(), backfill_worker_id = NULLIF(backfill, -1)
+            WHERE l.worker_id = w;
         RETURN 'held';
     END
     $renew$;
 
-    -- The holder gives `w` back; every ID it issued is at or below
-    -- `last_ms` (Unix ms). Again after a release: the larger time stays.
+    -- The holder gives `w` back; every ID it issued is at or before
+    -- `last_ms` (Unix ms, at most an hour ahead of this server's clock).
+    -- Only the role that leased it may. Again after a release: the larger
+    -- time stays.
     CREATE OR REPLACE FUNCTION snowflake_registry.release(w integer, sysid numeric, last_ms bigint)
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '10s'
     LANGUAGE plpgsql AS $release$
     BEGIN
-        IF last_ms < 0 THEN
-            RAISE EXCEPTION 'a last ID time before 1970 (% ms)', last_ms USING ERRCODE = '22023';
+        IF last_ms < 0 OR last_ms > (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000)::bigint THEN
+            RAISE EXCEPTION 'a last ID time of % ms since 1970 is before 1970 or more than an hour ahead of the registry''s clock', last_ms
+                USING ERRCODE = '22023';
         END IF;
         UPDATE snowflake_registry.worker_leases l
             SET released_at = COALESCE(l.released_at, clock_timestamp()),
                 last_id_ms = GREATEST(l.last_id_ms, last_ms)
-            WHERE l.worker_id = w AND l.system_identifier = sysid;
+            WHERE l.worker_id = w AND l.system_identifier = sysid AND l.holder_role = session_user;
         IF NOT FOUND THEN
-            RAISE EXCEPTION 'worker id % is not leased to system identifier %', w, sysid
+            RAISE EXCEPTION 'worker id % is not leased to system identifier % by role %', w, sysid, session_user
                 USING ERRCODE = '55000',
-                      HINT = 'SELECT * FROM snowflake_registry.leases in the registry shows who holds it.';
+                      HINT = 'SELECT * FROM snowflake_registry.leases in the registry, as its own role, shows who holds it.';
         END IF;
         RETURN 'released';
     END
@@ -191,12 +263,18 @@ BEGIN
 
     -- The registry's role frees the worker id of a server gone for good;
     -- `last_id_time`: the latest time its IDs carry (the time of its
-    -- largest ID, snowflake_decode(max(id)), or later). Not for clients.
+    -- largest ID, snowflake_decode(max(id)), or later; an hour ahead at
+    -- most). Not for clients.
     CREATE OR REPLACE FUNCTION snowflake_registry.release_gone(w integer, last_id_time timestamptz)
     RETURNS text VOLATILE STRICT PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     LANGUAGE plpgsql AS $gone$
     BEGIN
+        IF last_id_time > clock_timestamp() + interval '1 hour' OR last_id_time < 'epoch'::timestamptz THEN
+            RAISE EXCEPTION 'a last ID time of % is before 1970 or more than an hour ahead of this server''s clock', last_id_time
+                USING ERRCODE = '22023',
+                      HINT = 'IDs more than an hour ahead of the clock are refused by every server; give the time of the gone server''s largest ID.';
+        END IF;
         UPDATE snowflake_registry.worker_leases l
             SET released_at = COALESCE(l.released_at, clock_timestamp()),
                 last_id_ms = GREATEST(l.last_id_ms, (extract(epoch FROM last_id_time) * 1000)::bigint)
@@ -208,37 +286,20 @@ BEGIN
     END
     $gone$;
 
-    REVOKE ALL ON FUNCTION snowflake_registry.lease(numeric, text, text, integer) FROM PUBLIC;
-    REVOKE ALL ON FUNCTION snowflake_registry.renew(integer, numeric) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION snowflake_registry.lease(numeric, text, text, integer, text, integer) FROM PUBLIC;
+    REVOKE ALL ON FUNCTION snowflake_registry.renew(integer, numeric, text, text, integer, integer) FROM PUBLIC;
     REVOKE ALL ON FUNCTION snowflake_registry.release(integer, numeric, bigint) FROM PUBLIC;
     REVOKE ALL ON FUNCTION snowflake_registry.release_gone(integer, timestamptz) FROM PUBLIC;
     IF client IS NOT NULL THEN
         EXECUTE format('GRANT USAGE ON SCHEMA snowflake_registry TO %s', client);
-        EXECUTE format('GRANT SELECT ON snowflake_registry.leases TO %s', client);
-        EXECUTE format('GRANT EXECUTE ON FUNCTION snowflake_registry.lease(numeric, text, text, integer), '
-                       'snowflake_registry.renew(integer, numeric), '
+        EXECUTE format('GRANT EXECUTE ON FUNCTION snowflake_registry.lease(numeric, text, text, integer, text, integer), '
+                       'snowflake_registry.renew(integer, numeric, text, text, integer, integer), '
                        'snowflake_registry.release(integer, numeric, bigint) TO %s', client);
     END IF;
     RETURN format('this database is a registry of worker ids (snowflake_registry.leases lists them)%s',
                   CASE WHEN client IS NULL THEN '' ELSE format('; %s may lease', client) END);
 END
 $init$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/api/decode.rs:93
-
--- The parts of an ID under this server's layout. STABLE: the layout is fixed
--- while the server runs, but a restart with other settings changes it.
-CREATE FUNCTION snowflake_decode(id bigint, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record STABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_server';
-
--- The parts of an ID under a named layout (or a custom one that names its
--- epoch). IMMUTABLE: a named layout never changes.
-CREATE FUNCTION snowflake_decode(id bigint, layout text, OUT ts timestamptz, OUT worker_id integer, OUT sequence integer)
-RETURNS record IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'snowflake_decode_layout';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -714,52 +775,6 @@ CREATE VIEW snowflake_id.snowflake_status AS SELECT * FROM @extschema@.snowflake
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/api/admin.rs:99
--- requires:
---   snowflake_adopt_settings
---   snowflake_resume_above
---   snowflake_resume_above_uuid
---   snowflake_resume_above_everything
---   snowflake_vouch_backfill_worker_id
---   snowflake_status
---   snowflake_registry_init
---   registry::snowflake_release_worker_id
---   convert::snowflake_convert
---   backfill::snowflake_nextval_at
---   backfill::snowflake_nextval_at_array
-
--- These move this server's generation for good: superusers only (each also
--- checks for itself, in case a superuser grants EXECUTE by mistake).
--- snowflake_convert stays open to all: it runs each statement as the owner
--- of what it changes, and only for a caller with that owner's privileges.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_vouch_backfill_worker_id(integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_release_worker_id() FROM PUBLIC;
--- Makes a database a registry, owned by the role that runs it: for the role a
--- superuser grants it to (see "A fleet's worker ids from a registry" in
--- docs/operators.md), so that no role squats the registry's names.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_registry_init(regrole) FROM PUBLIC;
-
--- IDs for past times: for the roles an operator grants them to. Each lease
--- costs a durable write and a row in the database's record, and numbers at
--- a past time, once handed out, are gone for good: a role that may call
--- them at will could use up what an import needs.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
-
--- The status shows the server's identity, its durable mark and its counters:
--- for monitoring roles, as Postgres does with other sessions' statistics.
--- pg_read_all_stats is one of the roles pg_monitor holds, so members of
--- either may read the function and the view alike.
-REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
-GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/api/status.rs:214
 -- requires:
 --   snowflake_status
@@ -980,6 +995,52 @@ END
 $function$;
 REVOKE ALL ON FUNCTION @extschema@.snowflake_cluster_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.snowflake_cluster_status() TO pg_read_all_stats;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/api/admin.rs:99
+-- requires:
+--   snowflake_adopt_settings
+--   snowflake_resume_above
+--   snowflake_resume_above_uuid
+--   snowflake_resume_above_everything
+--   snowflake_vouch_backfill_worker_id
+--   snowflake_status
+--   snowflake_registry_init
+--   registry::snowflake_release_worker_id
+--   convert::snowflake_convert
+--   backfill::snowflake_nextval_at
+--   backfill::snowflake_nextval_at_array
+
+-- These move this server's generation for good: superusers only (each also
+-- checks for itself, in case a superuser grants EXECUTE by mistake).
+-- snowflake_convert stays open to all: it runs each statement as the owner
+-- of what it changes, and only for a caller with that owner's privileges.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_adopt_settings() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_resume_above() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_vouch_backfill_worker_id(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_release_worker_id() FROM PUBLIC;
+-- Makes a database a registry, owned by the role that runs it: for the role a
+-- superuser grants it to (see "A fleet's worker ids from a registry" in
+-- docs/operators.md), so that no role squats the registry's names.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_registry_init(regrole) FROM PUBLIC;
+
+-- IDs for past times: for the roles an operator grants them to. Each lease
+-- costs a durable write and a row in the database's record, and numbers at
+-- a past time, once handed out, are gone for good: a role that may call
+-- them at will could use up what an import needs.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.snowflake_nextval_at_array(timestamptz, integer) FROM PUBLIC;
+
+-- The status shows the server's identity, its durable mark and its counters:
+-- for monitoring roles, as Postgres does with other sessions' statistics.
+-- pg_read_all_stats is one of the roles pg_monitor holds, so members of
+-- either may read the function and the view alike.
+REVOKE ALL ON FUNCTION @extschema@.snowflake_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.snowflake_status() TO pg_read_all_stats;
+GRANT SELECT ON snowflake_id.snowflake_status TO pg_read_all_stats;
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -7,8 +7,10 @@
 //!   ID put above the last ID time of the worker id's previous holder, the
 //!   lease written to WAL and its file, and only then IDs under it.
 //! - `renew`: the registry says whether the lease is still this server's;
-//!   released there or another's stops generation here (fail closed). A
-//!   registry that does not answer stops nothing: a lease never expires.
+//!   released there or another's stops generation here (fail closed); a
+//!   registry that lost the row (restored from an older backup) gets it
+//!   back. A registry that does not answer stops nothing: a lease never
+//!   expires.
 //! - `release`: `snowflake_release_worker_id()`: generation stops here,
 //!   the lease file says released, and the registry frees the worker id
 //!   above this server's last ID time.
@@ -26,25 +28,33 @@ use snowflake_id_core::registry::{conninfo_problem, lease_from, Answer, Lease, P
 use snowflake_id_core::timefmt::format_instant;
 use snowflake_id_core::{Class, Failure};
 
-/// How long connecting to the registry may take, unless the connection
-/// string says otherwise.
+/// How long connecting to the registry may take, and one statement there.
 const CONNECT_TIMEOUT_S: u32 = 10;
+const QUERY_TIMEOUT_S: u32 = 15;
+
+/// What `take` did.
+pub enum Taken {
+    /// Kept from the lease file: the registry was not asked (and is asked
+    /// at once whether it still holds the lease).
+    Kept(String),
+    /// Leased from the registry now.
+    Leased(String),
+}
 
 /// This server's lease: kept from its file, or leased from the registry.
-/// What happened, in words.
 pub fn take(
     shm: &Shmem,
     cfg: &Config,
     policy: Policy,
     conn: &mut Option<Connection>,
-) -> Result<String, Failure> {
-    if let Some(lease) = worker_id::kept_lease(policy)? {
+) -> Result<Taken, Failure> {
+    if let Some(lease) = worker_id::kept_lease(cfg, policy)? {
         worker_id::settle_leased(shm, lease.worker_id, "kept from its lease file");
-        return Ok(format!(
+        return Ok(Taken::Kept(format!(
             "worker id {} kept from this server's lease file at {} (the registry was not asked)",
             lease.worker_id,
             format_instant(now_ms())
-        ));
+        )));
     }
     // A lease is written to WAL before its first ID: none is asked for
     // before this server can write (a disposable one would be spent).
@@ -55,14 +65,17 @@ pub fn take(
     let max = cfg.layout.max_worker();
     let c = connected(conn)?;
     let rows = c.query(
-        "SELECT worker_id, system_identifier, leased_at_ms, floor_ms \
-         FROM snowflake_registry.lease($1::pg_catalog.numeric, $2, $3, $4::pg_catalog.int4)",
+        "SELECT worker_id, system_identifier, leased_at_ms, floor_ms FROM snowflake_registry.lease(\
+         $1::pg_catalog.numeric, $2, $3, $4::pg_catalog.int4, $5, $6::pg_catalog.int4)",
         &[
             &sysid.to_string(),
             &settings::server_name(),
             policy.name(),
             &max.min(i32::MAX as u64).to_string(),
+            &shm.registry.start_token().to_string(),
+            &backfill_text(),
         ],
+        QUERY_TIMEOUT_S,
     )?;
     let [row] = rows.as_slice() else {
         return Err(Failure::new(
@@ -80,11 +93,11 @@ pub fn take(
         leased_at_ms: col(2),
         floor_ms: col(3),
     };
-    let lease = lease_from(&answer, sysid, max, policy)?;
+    let lease = lease_from(&answer, sysid, max, policy, now_ms())?;
     above_previous_holder(shm, cfg, &lease)?;
     mark::keep_worker_lease(&lease)?;
     worker_id::settle_leased(shm, lease.worker_id, "leased now");
-    Ok(format!(
+    Ok(Taken::Leased(format!(
         "leased worker id {} at {}{}",
         lease.worker_id,
         format_instant(lease.leased_at_ms),
@@ -92,7 +105,14 @@ pub fn take(
             ", issuing above its previous holder's last ID time {}",
             format_instant(f)
         ))
-    ))
+    )))
+}
+
+/// This server's backfill worker id for the registry to keep free, -1: none.
+fn backfill_text() -> String {
+    worker_id::backfill_as_set()
+        .map_or(-1, i64::from)
+        .to_string()
 }
 
 /// Every ID under `lease` above the last ID time of the worker id's
@@ -106,19 +126,47 @@ fn above_previous_holder(shm: &Shmem, cfg: &Config, lease: &Lease) -> Result<(),
     let Some(tick) = layout.tick_at_ms(floor_ms) else {
         return Ok(()); // before the epoch: no ID of this layout is that old
     };
+    if tick >= layout.last_tick() {
+        return Err(Failure::new(
+            Class::IdOutOfRange,
+            format!(
+                "the previous holder of worker id {} issued up to {}, past the end of {}",
+                lease.worker_id,
+                format_instant(floor_ms),
+                layout.title()
+            ),
+        ));
+    }
     let id = layout.id_from_counter(tick << layout.sequence_bits(), 0) as i64;
     let lim = settings::policy(layout)?.limits();
     mark::admin::floor_above(shm, cfg, &lim, id, 10_000).map(|_| ())
 }
 
 /// The registry says whether this server still holds `worker`; a lease
-/// released there, or another's now, stops generation here.
-pub fn renew(shm: &Shmem, worker: u32, conn: &mut Option<Connection>) -> Result<String, Failure> {
+/// released there, or another's now, is released here too (WAL and the
+/// lease file: a restart, a standby, a later copy lease anew) and stops
+/// generation.
+pub fn renew(
+    shm: &Shmem,
+    cfg: &Config,
+    worker: u32,
+    policy: Policy,
+    conn: &mut Option<Connection>,
+) -> Result<String, Failure> {
     let sysid = xlog::system_identifier();
     let c = connected(conn)?;
     let rows = c.query(
-        "SELECT snowflake_registry.renew($1::pg_catalog.int4, $2::pg_catalog.numeric)",
-        &[&worker.to_string(), &sysid.to_string()],
+        "SELECT snowflake_registry.renew($1::pg_catalog.int4, $2::pg_catalog.numeric, $3, $4, \
+         $5::pg_catalog.int4, $6::pg_catalog.int4)",
+        &[
+            &worker.to_string(),
+            &sysid.to_string(),
+            &settings::server_name(),
+            policy.name(),
+            &cfg.layout.max_worker().min(i32::MAX as u64).to_string(),
+            &backfill_text(),
+        ],
+        QUERY_TIMEOUT_S,
     )?;
     let said = rows
         .first()
@@ -129,12 +177,29 @@ pub fn renew(shm: &Shmem, worker: u32, conn: &mut Option<Connection>) -> Result<
             return Ok(format!(
                 "worker id {worker} renewed at {}",
                 format_instant(now_ms())
-            ));
+            ))
+        }
+        "restored" => {
+            let said = format!(
+                "the registry had no row for worker id {worker}, held here: written back at {}",
+                format_instant(now_ms())
+            );
+            crate::pg::error::log(
+                Failure::new(Class::Warning, format!("snowflake_id: {said}")).hint("A registry restored from an older backup, or a row deleted by hand: every holder's lease is written back at its next renew; until then the registry may hand out a worker id that a server still holds."),
+                pgrx::PgLogLevel::WARNING,
+            );
+            return Ok(said);
         }
         "released" => Gone::ReleasedThere,
         _ => Gone::Lost,
     };
     mark::refuse_for_lease(shm, gone);
+    if let Some(mut lease) =
+        mark::worker_lease::read()?.filter(|l| l.worker_id == worker && !l.released)
+    {
+        lease.released = true;
+        mark::keep_worker_lease(&lease)?;
+    }
     let f =
         mark::refused(shm).unwrap_or_else(|| Failure::new(Class::NotReady, "the lease is gone"));
     crate::pg::error::log(f.clone(), pgrx::PgLogLevel::WARNING);
@@ -155,9 +220,9 @@ fn open() -> Result<Connection, Failure> {
             Class::NotReady,
             "snowflake_id.worker_id_source = 'registry', but snowflake_id.registry is not set",
         )
-        .hint("ALTER SYSTEM SET snowflake_id.registry = 'host=... dbname=... user=...' (a libpq connection string; the password goes in the password file), then SELECT pg_reload_conf()."));
+        .hint("ALTER SYSTEM SET snowflake_id.registry = 'host=... dbname=... user=...' (a libpq connection string; the password goes in the password file), then SELECT pg_reload_conf(). A value the server refused is named in its log."));
     };
-    let keywords = crate::pg::libpq::conninfo_keywords(&info).map_err(|why| {
+    let keywords = snowflake_id_core::registry::conninfo_words(&info).map_err(|why| {
         Failure::new(Class::InvalidParameter, format!("snowflake_id.registry cannot be read: {why}"))
             .hint("Write it as a libpq connection string (host=... dbname=... user=...) or URI, then SELECT pg_reload_conf().")
     })?;
@@ -200,9 +265,14 @@ pub fn release(shm: &Shmem, cfg: &Config) -> Result<String, Failure> {
     conn.query(
         "SELECT snowflake_registry.release($1::pg_catalog.int4, $2::pg_catalog.numeric, $3::pg_catalog.int8)",
         &[&lease.worker_id.to_string(), &sysid.to_string(), &last_ms.to_string()],
+        QUERY_TIMEOUT_S,
     )
     .map_err(|f| {
-        let hint = "The lease is released here all the same (this server issues no more IDs under it); run SELECT snowflake_release_worker_id() again once the registry answers.";
+        let hint = if f.message.contains("is not leased to system identifier") {
+            "The registry holds no lease of this server's for it any more (released there, or another server's): there is nothing left to release, and this server issues no more IDs under it."
+        } else {
+            "The lease is released here all the same (this server issues no more IDs under it); run SELECT snowflake_release_worker_id() again once the registry answers."
+        };
         Failure::new(Class::NotReady, format!("the registry did not take the release: {}", f.message)).hint(hint)
     })?;
     Ok(format!(

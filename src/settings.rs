@@ -276,14 +276,21 @@ fn define_identity() {
     );
     // Superuser-only: a connection string says where and as whom; the
     // password itself is refused there (see `registry_conninfo`).
-    GucRegistry::define_string_guc(
-        c"snowflake_id.registry",
-        c"The registry database this server leases its worker id from (snowflake_id.worker_id_source = 'registry'): a libpq connection string.",
-        c"Its password belongs in the password file or the service file, never here.",
-        &REGISTRY,
-        GucContext::Sighup,
-        GucFlags::SUPERUSER_ONLY,
-    );
+    // SAFETY: the check hook is guarded, reads only its argument and sets
+    // only the check's error strings.
+    unsafe {
+        GucRegistry::define_string_guc_with_hooks(
+            c"snowflake_id.registry",
+            c"The registry database this server leases its worker id from (snowflake_id.worker_id_source = 'registry'): a libpq connection string.",
+            c"Its password belongs in the password file or the service file, never here.",
+            &REGISTRY,
+            GucContext::Sighup,
+            GucFlags::SUPERUSER_ONLY,
+            Some(registry_check),
+            None,
+            None,
+        );
+    }
     GucRegistry::define_string_guc(
         c"snowflake_id.registry_policy",
         c"'keep': the same leased worker id across restarts; 'disposable': a new one at every start.",
@@ -292,6 +299,40 @@ fn define_identity() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+}
+
+/// Refuses a connection string libpq cannot read, or one that holds a
+/// password: before it is written (`ALTER SYSTEM`) or taken in (a reload).
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn registry_check(
+    newval: *mut *mut std::ffi::c_char,
+    _extra: *mut *mut std::ffi::c_void,
+    _source: pgrx::pg_sys::GucSource::Type,
+) -> bool {
+    // SAFETY: Postgres hands the new value, a NUL-terminated string or NULL.
+    let text = unsafe { (*newval).as_ref() }
+        .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if text.trim().is_empty() {
+        return true;
+    }
+    let problem = match snowflake_id_core::registry::conninfo_words(&text) {
+        Err(why) => Some(
+            Failure::new(
+                Class::InvalidParameter,
+                format!("snowflake_id.registry cannot be read: {why}"),
+            )
+            .hint("Write it as a libpq connection string (host=... dbname=... user=...) or URI."),
+        ),
+        Ok(words) => snowflake_id_core::registry::conninfo_problem(&words),
+    };
+    match problem {
+        None => true,
+        Some(f) => {
+            crate::pg::guc::check_failed(&f);
+            false
+        }
+    }
 }
 
 /// `snowflake_id.registry` as set, `None` when empty.
@@ -563,7 +604,7 @@ fn warn_of_names_in_another_case() {
                     format!("invalid configuration parameter name \"{name}\": snowflake_id has no such setting"),
                 )
                 .detail("\"snowflake_id\" is a reserved prefix; setting names are case-insensitive.")
-                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, backfill_worker_id, wal_rmgr_id, claims_database, opaque_keys_file."),
+                .hint("Remove it, or correct it to one of snowflake_id.worker_id, worker_id_source, worker_id_offset, layout, epoch, max_lead, max_wait, backfill_worker_id, wal_rmgr_id, claims_database, registry, registry_policy, opaque_keys_file."),
                 pgrx::PgLogLevel::WARNING,
             );
         }

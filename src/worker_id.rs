@@ -94,7 +94,7 @@ pub fn resolve(shm: &Shmem, cfg: &Config, how: Resolve) -> Result<u32, Failure> 
         (Resolve::Claim, WorkerSource::CitusGroup { offset }) => {
             Ok(citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes)?.0)
         }
-        (_, WorkerSource::Registry { policy }) => kept_lease(policy)?
+        (_, WorkerSource::Registry { policy }) => kept_lease(cfg, policy)?
             .map(|l| l.worker_id)
             .ok_or_else(|| not_leased(shm)),
     }
@@ -140,7 +140,7 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             let _ = shm.worker.settle(w);
             Ok(w)
         }
-        WorkerSource::Registry { policy } => match kept_lease(policy)? {
+        WorkerSource::Registry { policy } => match kept_lease(cfg, policy)? {
             Some(lease) => {
                 settle_leased(shm, lease.worker_id, "kept from its lease file");
                 in_force(shm).ok_or_else(|| not_leased(shm))
@@ -154,9 +154,13 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
 /// registry: its file's, for this cluster, held, under the 'keep' policy.
 /// A standby promoted, a base backup or a point-in-time restore of this
 /// server has the same file (copied, or written by the replayed record).
-pub fn kept_lease(policy: Policy) -> Result<Option<Lease>, Failure> {
+/// A lease past the worker bits of a layout changed since is not kept: the
+/// registry gives one that fits (the old one stays leased until released).
+pub fn kept_lease(cfg: &Config, policy: Policy) -> Result<Option<Lease>, Failure> {
     let sysid = crate::pg::xlog::system_identifier();
-    Ok(mark::worker_lease::read()?.filter(|l| l.kept_by(sysid, policy)))
+    let max = cfg.layout.max_worker();
+    Ok(mark::worker_lease::read()?
+        .filter(|l| l.kept_by(sysid, policy) && u64::from(l.worker_id) <= max))
 }
 
 /// The registry worker, or a call that read the lease file: IDs may be
@@ -170,10 +174,15 @@ pub fn settle_leased(shm: &Shmem, worker: u32, how: &str) {
 
 /// Why a server that leases its worker id issues nothing yet.
 fn not_leased(shm: &Shmem) -> Failure {
-    let answer = shm.registry.answer().map_or(
-        "none yet (the registry worker has not asked)".to_string(),
-        |(a, _)| a,
-    );
+    // The answer can name the registry's host and role, which are a
+    // superuser's to see (the setting is superuser-only).
+    let answer = match shm.registry.answer() {
+        _ if !crate::pg::role::is_superuser() => {
+            "shown to superusers, and in snowflake_id.snowflake_status".to_string()
+        }
+        None => "none yet (the registry worker has not asked)".to_string(),
+        Some((text, _)) => Failure::from_text(&text).map_or(text, |f| f.message),
+    };
     Failure::new(
         Class::NotReady,
         "this server has no worker id yet: it leases one from the registry (snowflake_id.worker_id_source = 'registry') and has not got one",

@@ -373,4 +373,37 @@ mod tests {
         assert_eq!(c.worker, WorkerSource::CitusGroup { offset: 7 });
         assert_eq!(c.worker.fixed(), None);
     }
+
+    #[test]
+    fn a_registry_source_names_its_policy_and_no_worker_id() {
+        let leased = RawSettings {
+            worker_id_source: "registry",
+            registry_policy: "disposable",
+            ..raw(-1, "snowflake_id", DEFAULT_EPOCH_TEXT, false)
+        };
+        let cfg = configure(&leased).unwrap();
+        assert_eq!(
+            cfg.worker,
+            WorkerSource::Registry {
+                policy: Policy::Disposable
+            }
+        );
+        assert_eq!(cfg.worker.fixed(), None);
+        let bad = RawSettings {
+            registry_policy: "sometimes",
+            ..leased
+        };
+        let e = configure(&bad).unwrap_err();
+        assert!(e.message.contains("registry_policy"), "{}", e.message);
+        // The policy is read only where the worker id is leased.
+        let fixed = RawSettings {
+            worker_id_source: "setting",
+            ..bad
+        };
+        assert!(configure(&RawSettings {
+            worker_id: 3,
+            ..fixed
+        })
+        .is_ok());
+    }
 }

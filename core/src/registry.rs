@@ -136,6 +136,10 @@ impl Lease {
     }
 }
 
+/// How far ahead of this server's clock a previous holder's last ID time
+/// may be: what copied IDs may lead by, too.
+pub const FLOOR_AHEAD_MS: i64 = 3_600_000;
+
 /// A registry's answer to a lease, as its columns came (text, NULL as None).
 #[derive(Debug, Clone, Default)]
 pub struct Answer<'a> {
@@ -154,6 +158,7 @@ pub fn lease_from(
     own_system_identifier: u64,
     max_worker: u64,
     policy: Policy,
+    now_ms: i64,
 ) -> Result<Lease, Failure> {
     let refused = |what: String| {
         Failure::new(
@@ -197,6 +202,15 @@ pub fn lease_from(
             ))
         })?),
     };
+    // IDs more than an hour ahead of the clock are never continued from
+    // (as for copied IDs): a floor that far would stop this server's IDs,
+    // or, past the layout, wrap them.
+    if let Some(f) = floor_ms.filter(|f| *f > now_ms.saturating_add(FLOOR_AHEAD_MS)) {
+        return Err(refused(format!(
+            "the previous holder's last ID time {} is more than an hour ahead of this server's clock",
+            crate::timefmt::format_instant(f)
+        )));
+    }
     Ok(Lease {
         worker_id,
         system_identifier: sys,
@@ -207,20 +221,117 @@ pub fn lease_from(
     })
 }
 
+/// The keywords a libpq connection string sets, as libpq reads them:
+/// `keyword = value` pairs (a value in single quotes may hold spaces;
+/// backslash escapes a quote or a backslash), or a `postgresql://` URI,
+/// whose `user:password@` and `?keyword=value` parameters count. Enough to
+/// tell what it names without loading libpq (a setting's check runs in
+/// every process); libpq itself parses it again at connect.
+pub fn conninfo_words(text: &str) -> Result<Vec<(String, String)>, String> {
+    let t = text.trim();
+    for scheme in ["postgresql://", "postgres://"] {
+        if let Some(rest) = t.strip_prefix(scheme) {
+            return Ok(uri_words(rest));
+        }
+    }
+    let mut words = Vec::new();
+    let mut chars = t.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.peek().is_none() {
+            return Ok(words);
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=') {
+            key.push(c);
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        if chars.next() != Some('=') {
+            return Err(format!("missing \"=\" after \"{key}\""));
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            loop {
+                match chars.next() {
+                    None => return Err("unterminated quoted string".into()),
+                    Some('\'') => break,
+                    Some('\\') => value.extend(chars.next()),
+                    Some(c) => value.push(c),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                if c == '\\' {
+                    value.extend(chars.next());
+                } else {
+                    value.push(c);
+                }
+            }
+        }
+        words.push((key, value));
+    }
+}
+
+/// A URI's words after its scheme: the password of its user part, and its
+/// parameters (percent-decoded).
+fn uri_words(rest: &str) -> Vec<(String, String)> {
+    let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = main.split('/').next().unwrap_or("");
+    let mut words = Vec::new();
+    if let Some((user_info, _)) = authority.rsplit_once('@') {
+        if let Some((user, password)) = user_info.split_once(':') {
+            words.push(("user".to_string(), percent_decoded(user)));
+            words.push(("password".to_string(), percent_decoded(password)));
+        } else {
+            words.push(("user".to_string(), percent_decoded(user_info)));
+        }
+    }
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        words.push((percent_decoded(k), percent_decoded(v)));
+    }
+    words
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A connection string's keywords that are refused in
 /// `snowflake_id.registry`: a password there would sit in a setting and
 /// its file; libpq reads it from the password file or the service file.
 pub fn conninfo_problem(keywords: &[(String, String)]) -> Option<Failure> {
     keywords
         .iter()
-        .any(|(k, v)| k == "password" && !v.is_empty())
+        .any(|(k, v)| (k == "password" || k == "sslpassword") && !v.is_empty())
         .then(|| {
             Failure::new(
                 Class::InvalidParameter,
-                "snowflake_id.registry holds a password",
+                "snowflake_id.registry holds a password (password= or sslpassword=)",
             )
             .detail("Settings are written in files and shown to superusers; a password does not belong there.")
-            .hint("Remove password= and put the password in the password file of the server's operating-system user (~/.pgpass, or passfile= in the connection string), or use a service (service=, in pg_service.conf); then reload.")
+            .hint("Remove it and put the password in the password file of the server's operating-system user (~/.pgpass, or passfile= in the connection string), or use a service (service=, in pg_service.conf).")
         })
 }
 
@@ -291,6 +402,7 @@ mod tests {
 
     #[test]
     fn a_registry_answer_is_believed_only_when_it_is_whole_and_ours() {
+        let lease_from = |a: &Answer<'_>, sys, max, policy| lease_from(a, sys, max, policy, 1_000);
         let ok = lease_from(&answer(Some("3"), Some("42"), None), 42, 1023, Policy::Keep).unwrap();
         assert_eq!((ok.worker_id, ok.floor_ms, ok.leased_at_ms), (3, None, 5));
         let with_floor = lease_from(
@@ -329,16 +441,81 @@ mod tests {
             .message
             .contains("not a number"));
         assert_eq!(refused(answer(None, None, None)).class, Class::Corrupted);
+        // An hour ahead of the clock (1 s here) at most.
+        assert!(lease_from(
+            &answer(Some("3"), Some("42"), Some("3601000")),
+            42,
+            1023,
+            Policy::Keep
+        )
+        .is_ok());
+        let far = refused(answer(Some("3"), Some("42"), Some("3601001")));
+        assert!(
+            far.message.contains("more than an hour ahead"),
+            "{}",
+            far.message
+        );
+        let max = i64::MAX.to_string();
+        assert!(refused(answer(Some("3"), Some("42"), Some(&max)))
+            .message
+            .contains("more than an hour ahead"));
     }
 
     #[test]
     fn a_password_in_the_registry_setting_is_refused() {
         let kw = |k: &str, v: &str| (k.to_string(), v.to_string());
         assert!(conninfo_problem(&[kw("host", "r"), kw("password", "")]).is_none());
+        assert!(conninfo_problem(&[kw("sslpassword", "k3y")]).is_some());
         let f = conninfo_problem(&[kw("host", "r"), kw("password", "s3cret")]).unwrap();
         assert_eq!(f.class, Class::InvalidParameter);
         assert!(!f.message.contains("s3cret"));
         assert!(f.hint.unwrap().contains("pgpass"));
+    }
+
+    #[test]
+    fn connection_strings_are_read_as_libpq_reads_them() {
+        let words = |t: &str| conninfo_words(t).unwrap();
+        let w = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            words("host=r port=5432"),
+            [w("host", "r"), w("port", "5432")]
+        );
+        assert_eq!(
+            words(" password = 'a b\\'c' user=x\\ y "),
+            [w("password", "a b'c"), w("user", "x y")]
+        );
+        assert_eq!(words(""), []);
+        assert!(conninfo_words("host").unwrap_err().contains("missing"));
+        assert!(conninfo_words("password='open")
+            .unwrap_err()
+            .contains("unterminated"));
+        assert_eq!(
+            words("postgresql://u:p%40ss@h:5/db?sslmode=require"),
+            [
+                w("user", "u"),
+                w("password", "p@ss"),
+                w("sslmode", "require")
+            ]
+        );
+        assert_eq!(
+            words("postgres://h/db?password=x&user=y"),
+            [w("password", "x"), w("user", "y")]
+        );
+        assert_eq!(words("postgresql://u@h"), [w("user", "u")]);
+        for holds in [
+            "password=x",
+            "postgresql://u:x@h",
+            "postgresql://h?password=x",
+            "sslpassword='k'",
+        ] {
+            assert!(conninfo_problem(&words(holds)).is_some(), "{holds}");
+        }
+        for holds_none in ["host=h passfile=/p", "postgresql://u@h/db", "service=fleet"] {
+            assert!(
+                conninfo_problem(&words(holds_none)).is_none(),
+                "{holds_none}"
+            );
+        }
     }
 
     #[test]

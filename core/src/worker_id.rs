@@ -565,6 +565,28 @@ mod tests {
         );
         let e = derive_from("k8s", 3, 0, Some("pg-1")).unwrap_err();
         assert_eq!(e.message, "invalid snowflake_id.worker_id_source: 'k8s'");
-        assert!(e.hint.unwrap().contains("'setting'"));
+        assert!(e.hint.unwrap().contains("'registry'"));
+    }
+
+    #[test]
+    fn a_registry_source_settles_nothing_at_start_and_takes_no_number_beside_it() {
+        let d = derive_from("Registry", -1, 0, Some("pg-1")).unwrap();
+        assert!(
+            d.registry && d.worker_id.is_none() && d.citus_offset.is_none(),
+            "{d:?}"
+        );
+        let e = derive_from("registry", 3, 0, None).unwrap_err();
+        assert!(
+            e.message
+                .contains("takes the worker id from a lease from the registry"),
+            "{}",
+            e.message
+        );
+        let e = derive_from("registry", -1, 5, None).unwrap_err();
+        assert!(
+            e.message.contains("worker_id_offset = 5 is set"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The registry worker ("snowflake_id registry"): where
 //! `worker_id_source = 'registry'`, it gives this server its worker id
 //! (`registry::take`: kept from the lease file, or leased), asking again
-//! every two seconds until it has one, then renews the lease every ten
+//! (after 2 s, then twice as long each time, up to 30 s) until it has one,
+//! then renews the lease at once where it was kept, and every ten seconds
 //! (`registry::renew`). What the registry last answered is published for
 //! the status.
 //!
@@ -12,7 +13,7 @@ use super::skeleton::{enter, BgWorker};
 use crate::pg::clock::{now_ms, sleep_on_latch};
 use crate::pg::libpq::Connection;
 use crate::pg::{process, signals};
-use crate::registry::{renew, take};
+use crate::registry::{renew, take, Taken};
 use crate::settings;
 use crate::shmem::Shmem;
 use crate::worker_id;
@@ -22,8 +23,9 @@ use pgrx::prelude::*;
 use snowflake_id_core::config::WorkerSource;
 use std::time::Duration;
 
-/// How often a server without a lease asks again.
+/// How soon a server without a lease asks again, at first, and at most.
 const RETRY_MS: i64 = 2_000;
+const MAX_RETRY_MS: i64 = 30_000;
 /// How often a held lease is renewed (its `renewed_at` in the registry, and
 /// a check that it is still this server's).
 const RENEW_MS: i64 = 10_000;
@@ -61,6 +63,7 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
     };
     let mut conn: Option<Connection> = None;
     let mut next_renew = 0;
+    let mut retry_ms = RETRY_MS;
     loop {
         if signals::terminating() {
             process::exit(0);
@@ -70,10 +73,18 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
         signals::reload_if_asked();
         if settings::registry_conninfo() != conninfo {
             conn = None;
+            retry_ms = RETRY_MS;
         }
         let wait = match worker_id::in_force(shm) {
             None => match take(shm, cfg, policy, &mut conn) {
-                Ok(said) => {
+                Ok(Taken::Kept(said)) => {
+                    answered(shm, &said);
+                    // Asked at once whether the lease is still this
+                    // server's (a copy of a server that released it is not).
+                    next_renew = now_ms();
+                    0
+                }
+                Ok(Taken::Leased(said)) => {
                     answered(shm, &said);
                     next_renew = now_ms() + RENEW_MS;
                     RENEW_MS
@@ -81,11 +92,15 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
                 Err(f) => {
                     conn = None;
                     answered(shm, &f.to_text());
-                    RETRY_MS
+                    // Doubling up to half a minute: a registry that
+                    // refuses (full, a bad answer) is not asked in a loop.
+                    let wait = retry_ms;
+                    retry_ms = (retry_ms * 2).min(MAX_RETRY_MS);
+                    wait
                 }
             },
             Some(w) if now_ms() >= next_renew && shm.registry.gone().is_none() => {
-                match renew(shm, w, &mut conn) {
+                match renew(shm, cfg, w, policy, &mut conn) {
                     Ok(said) => answered(shm, &said),
                     Err(f) => {
                         conn = None;

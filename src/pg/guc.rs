@@ -252,3 +252,19 @@ pub fn reserve_prefix(prefix: &CStr) {
         pg_sys::EmitWarningsOnPlaceholders(prefix.as_ptr());
     }
 }
+
+/// Says why a setting's check hook refused a value: its message and hint,
+/// reported by Postgres with SQLSTATE 22023 (as `GUC_check_errmsg` does).
+pub fn check_failed(f: &snowflake_id_core::Failure) {
+    let message = std::ffi::CString::new(f.message.as_str()).unwrap_or_default();
+    let hint = std::ffi::CString::new(f.hint.clone().unwrap_or_default()).unwrap_or_default();
+    // SAFETY: the check-hook error strings Postgres reads after the hook
+    // returns false, set to copies in the current memory context.
+    unsafe {
+        pg_sys::GUC_check_errcode(pgrx::PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE as i32);
+        pg_sys::GUC_check_errmsg_string = pg_sys::pstrdup(message.as_ptr());
+        if f.hint.is_some() {
+            pg_sys::GUC_check_errhint_string = pg_sys::pstrdup(hint.as_ptr());
+        }
+    }
+}

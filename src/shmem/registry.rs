@@ -5,7 +5,7 @@
 
 use super::pid::Pid;
 use snowflake_id_core::shared_text::SharedText;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 /// Why the lease no longer covers IDs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -28,6 +28,9 @@ pub struct RegistryState {
     answered_at_ms: AtomicI64,
     /// 0, or a `Gone` (set once; a restart clears it).
     gone: AtomicU8,
+    /// This start's token (0 until first asked): the registry gives a
+    /// retry of one start the 'disposable' lease it gave that start.
+    token: AtomicU64,
 }
 
 impl RegistryState {
@@ -37,6 +40,7 @@ impl RegistryState {
             answer: SharedText::new(),
             answered_at_ms: AtomicI64::new(0),
             gone: AtomicU8::new(0),
+            token: AtomicU64::new(0),
         }
     }
 
@@ -56,6 +60,25 @@ impl RegistryState {
         self.gone
             .compare_exchange(0, why as u8, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
+    }
+
+    /// This start's token: random, one per life of shared memory (a
+    /// restart of the worker alone keeps it).
+    pub fn start_token(&self) -> u64 {
+        let mut token = self.token.load(Ordering::Acquire);
+        while token == 0 {
+            let mut b = [0u8; 8];
+            crate::pg::process::strong_random(&mut b);
+            let drawn = u64::from_le_bytes(b) >> 1;
+            token = match self
+                .token
+                .compare_exchange(0, drawn, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => drawn,
+                Err(other) => other,
+            };
+        }
+        token
     }
 
     pub fn gone(&self) -> Option<Gone> {

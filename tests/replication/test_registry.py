@@ -9,6 +9,8 @@ condition (a worker id in the status, an answer from the registry)."""
 import os
 import threading
 
+import psycopg2
+
 from claims_cluster import own_claims_seen, subscribe, sysid, wait_problem, wait_refreshes, writer
 from harness import PG_BIN, REPO, Server, _as_postgres, _chown, servers, started, wait_until
 
@@ -84,6 +86,19 @@ def leasing(made, name, r, policy="keep", start=True, conf=None, **kw):
         s.start()
         s.sql("CREATE EXTENSION snowflake_id")
     return s
+
+
+def registry_worker(s):
+    """The process id of the registry worker of `s` (it has no database
+    connection: not in pg_stat_activity), or None."""
+    for pid in s.children():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"snowflake_id registry" in f.read():
+                    return pid
+        except FileNotFoundError:
+            continue
+    return None
 
 
 def status(s, column):
@@ -169,6 +184,13 @@ def test_a_restart_keeps_the_worker_id_with_the_registry_stopped():
         # And the registry, back, still lists one live lease for it.
         r.start()
         assert [(row[0], row[3]) for row in leases(r)] == [(w, True)]
+        # A registry that lost the row (restored from an older backup) gets
+        # it back at the holder's next renew; the holder issues on.
+        r.sql("DELETE FROM snowflake_registry.worker_leases", dbname="registry", user="registrar")
+        wait_until(lambda: leases(r), "the lease was not written back")
+        assert [(row[0], row[1], row[2], row[3]) for row in leases(r)] == [(w, str(sysid(s)), "reg-keep", True)]
+        assert "written back" in status(s, "registry")
+        assert decoded_workers(s, take(s, 10)) == {w}
 
 
 def test_a_first_start_without_the_registry_refuses_ids_and_recovers_when_it_is_back():
@@ -250,12 +272,34 @@ def test_a_released_worker_id_goes_to_the_next_holder_above_its_last_id_time():
                    lambda: f"o's problem: {status(other, 'problem')!r}")
         code, message, _ = other.error("SELECT snowflake_nextval()")
         assert code == "55000" and "released" in message, message
+        # Released there is released here for good: a restart with the
+        # registry down does not bring the lease back.
+        r.stop()
+        other.restart()
+        code, message, _ = other.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "no worker id yet" in message, message
+        r.start()
+        assert wait_leased(other) == 1
+        assert "previous holder's last ID time" in status(other, "worker_id_source")
         # Clients cannot: release_gone is the registry role's.
         code, message, _ = r.error("SELECT snowflake_registry.release_gone(0, now())", dbname="registry",
                                    user="fleet")
         assert code == "42501", (code, message)
         code, message, _ = r.error("DELETE FROM snowflake_registry.worker_leases", dbname="registry", user="fleet")
         assert code == "42501", (code, message)
+        assert r.error("SELECT * FROM snowflake_registry.leases", dbname="registry", user="fleet")[0] == "42501"
+        # Another client role may lease, but not release what fleet leased,
+        # nor write rows past a layout, nor set a floor over an hour ahead.
+        r.sql("CREATE ROLE fleet2 LOGIN")
+        r.one("SELECT snowflake_registry_init('fleet2')", dbname="registry", user="registrar")
+        code, message, _ = r.error(f"SELECT snowflake_registry.release(0, {sysid(b)}, 0)", dbname="registry",
+                                   user="fleet2")
+        assert code == "55000" and "by role fleet2" in message, (code, message)
+        for statement in ("SELECT snowflake_registry.renew(2147483647, 7, 'x', 'keep', 1, -1)",
+                          f"SELECT snowflake_registry.release(0, {sysid(b)}, 99999999999999)"):
+            assert r.error(statement, dbname="registry", user="fleet")[0] == "22023", statement
+        assert r.error("SELECT snowflake_registry.release_gone(0, now() + interval '2 hours')", dbname="registry",
+                       user="registrar")[0] == "22023"
 
 
 def test_a_base_backup_keeps_the_lease_and_the_claims_refuse_the_later_of_the_two():
@@ -326,7 +370,8 @@ def test_a_registry_is_its_own_roles_or_nothing():
                                       user="squatter")
         assert code == "42501" and "schema snowflake_registry belongs to another role" in message, (code, message)
         assert "snowflake_registry_init()" in hint
-        for statement in ("INSERT INTO snowflake_registry.worker_leases VALUES (7, 1, 'x', 'keep', now(), now())",
+        for statement in ("INSERT INTO snowflake_registry.worker_leases (worker_id, system_identifier, server_name,"
+                          " policy, holder_role, leased_at, renewed_at) VALUES (7, 1, 'x', 'keep', 'fleet', now(), now())",
                           "UPDATE snowflake_registry.worker_leases SET released_at = now()",
                           "SELECT snowflake_registry.release_gone(0, now())"):
             for user in ("fleet", "squatter"):
@@ -334,6 +379,27 @@ def test_a_registry_is_its_own_roles_or_nothing():
         # Without EXECUTE granted, nobody may make a database a registry.
         r.sql("CREATE ROLE nobody LOGIN")
         assert r.error("SELECT snowflake_registry_init()", dbname="registry", user="nobody")[0] == "42501"
+
+
+def test_a_row_planted_for_a_server_past_its_layout_is_not_taken():
+    """A row in the registry naming a server's cluster (written by hand,
+    or left by a layout with more worker bits) with a worker id past its
+    layout: the registry does not hand it out, and a row written back
+    would be refused by the server all the same (next test)."""
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-planted", r, start=False)
+        control = _as_postgres([f"{PG_BIN}/pg_controldata", s.data]).stdout
+        planted = [line.split(":")[1].strip() for line in control.splitlines()
+                   if line.startswith("Database system identifier")][0]
+        r.sql("INSERT INTO snowflake_registry.worker_leases (worker_id, system_identifier, server_name, policy,"
+              f" holder_role, leased_at, renewed_at) VALUES (5000, {planted}, 'planted', 'keep', 'fleet', now(), now())",
+              dbname="registry", user="registrar")
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        assert str(sysid(s)) == planted
+        assert wait_leased(s) == 0
+        assert decoded_workers(s, take(s, 10)) == {0}
 
 
 def test_a_hostile_registry_answer_is_refused():
@@ -346,7 +412,7 @@ def test_a_hostile_registry_answer_is_refused():
         fake.sql("CREATE SCHEMA snowflake_registry AUTHORIZATION fleet", dbname="registry")
 
         def answer(w, sys, floor="NULL"):
-            fake.sql("CREATE OR REPLACE FUNCTION snowflake_registry.lease(numeric, text, text, integer)"
+            fake.sql("CREATE OR REPLACE FUNCTION snowflake_registry.lease(numeric, text, text, integer, text, integer)"
                      " RETURNS TABLE (worker_id integer, system_identifier numeric, leased_at_ms bigint,"
                      f" floor_ms bigint) LANGUAGE sql AS $$ SELECT {w}::integer, {sys}::numeric, 0::bigint,"
                      f" {floor}::bigint $$", dbname="registry")
@@ -368,6 +434,20 @@ def test_a_hostile_registry_answer_is_refused():
         refused("not to this cluster's")
         answer("3", "$1", floor="-5")
         refused("is not a time")
+        answer("3", "$1", floor="(extract(epoch FROM now() + interval '2 hours') * 1000)::bigint")
+        refused("more than an hour ahead of this server's clock")
+        # What the refusal said is a superuser's: another role's error says where to look.
+        s.sql("CREATE ROLE plain LOGIN")
+        plain = s.connect(user="plain")
+        try:
+            with plain.cursor() as cur:
+                cur.execute("SELECT snowflake_nextval()")
+            raise AssertionError("a plain role got an ID")
+        except psycopg2.Error as e:
+            assert e.diag.sqlstate == "55000"
+            assert "shown to superusers" in e.diag.message_detail and fake.dir not in e.diag.message_detail
+        finally:
+            plain.close()
         # A whole answer is taken.
         answer("3", "$1")
         assert wait_leased(s) == 3
@@ -401,12 +481,134 @@ def test_the_registry_password_is_not_readable_on_a_leasing_server():
         row = s.sql("SELECT * FROM snowflake_id.snowflake_status", user="watcher")
         assert "fleet-secret" not in repr(row)
         assert "fleet-secret" not in s.one("SHOW snowflake_id.registry", user="watcher")
-        # A password written into the setting is refused, and not repeated.
-        s.sql("ALTER SYSTEM SET snowflake_id.registry = %s", (conninfo(r, password=PASSWORD),))
-        s.sql("SELECT pg_reload_conf()")
+        # A password is refused before it is written anywhere (sslpassword too),
+        # and not repeated.
+        for word in ("password", "sslpassword"):
+            code, message, hint = s.error(f"ALTER SYSTEM SET snowflake_id.registry = '{conninfo(r, **{word: PASSWORD})}'")
+            assert code == "22023" and "holds a password" in message, (code, message)
+            assert PASSWORD not in message + hint and "pgpass" in hint, hint
+        with open(os.path.join(s.data, "postgresql.auto.conf")) as f:
+            assert PASSWORD not in f.read()
+        # Written into the file by hand, the reload refuses it (the old value stays).
+        s.set_conf(snowflake_id__registry=f"'{conninfo(r, password=PASSWORD)}'")
+        s.reload()
+        wait_until(lambda: "holds a password" in s.log_text(), "the reload did not refuse the password")
+        assert "passfile=" in s.one("SHOW snowflake_id.registry")
+        assert decoded_workers(s, take(s, 10)) == {0}
+
+
+def test_a_registry_that_holds_its_lock_stalls_nothing_here():
+    """A session on the registry keeps the lease table locked: the release
+    waits, interruptibly (a statement timeout ends it), and the leasing
+    server still shuts down fast."""
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-stalled", r)
+        wait_leased(s)
+        holder = r.connect(dbname="registry", user="registrar", autocommit=False)
+        try:
+            with holder.cursor() as cur:
+                cur.execute("LOCK TABLE snowflake_registry.worker_leases")
+            with s.connect() as conn, conn.cursor() as cur:
+                cur.execute("SET statement_timeout = '1s'")
+                try:
+                    cur.execute("SELECT snowflake_release_worker_id()")
+                    raise AssertionError("the release went through a locked registry")
+                except psycopg2.Error as e:
+                    assert e.pgcode == "57014", (e.pgcode, str(e))
+            # The registry worker's renew waits on the lock now; a fast
+            # shutdown ends it all the same (before, it waited for the lock).
+            r.wait_for("SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = 'snowflake_id registry'"
+                       " AND wait_event_type = 'Lock'")
+            s.stop()
+            assert not os.path.exists(os.path.join(s.data, "postmaster.pid")), "a fast shutdown did not end"
+        finally:
+            holder.close()
+
+
+def test_a_disposable_start_that_fails_after_leasing_retries_under_the_same_lease():
+    """The lease file cannot be written (a directory where its temporary
+    file goes): the start retries, and the registry gives the retries the
+    worker id it gave the first try, not a new one each time."""
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-retry", r, policy="disposable", start=False)
+        blocker = os.path.join(s.data, "snowflake_id.worker_lease.tmp")
+        os.mkdir(blocker)
+        _chown(blocker)
+        s.start()
+        s.sql("CREATE EXTENSION snowflake_id")
+        answers = set()
+
+        def retried():
+            said = status(s, "registry") or ""
+            if "worker lease file" in said:
+                answers.add(said)
+            return len(answers) >= 2
+
+        wait_until(retried, lambda: f"no two failed attempts: {answers}, {status(s, 'registry')!r}")
+        assert [row[0] for row in leases(r)] == [0], leases(r)
+        os.rmdir(blocker)
+        assert wait_leased(s) == 0
+        assert [row[0] for row in leases(r)] == [0]
+
+
+def test_a_backfill_worker_id_is_never_leased_live():
+    with servers() as made:
+        r = registry(made)
+        a = leasing(made, "reg-bf-a", r, conf={"snowflake_id.backfill_worker_id": 1})
+        assert wait_leased(a) == 0
+        b = leasing(made, "reg-bf-b", r)
+        assert wait_leased(b) == 2, "the registry leased a live server's backfill worker id"
+        # A server whose backfill worker id is another's live one is told.
+        c = leasing(made, "reg-bf-c", r, conf={"snowflake_id.backfill_worker_id": 0})
+        wait_until(lambda: "is leased live to \"reg-bf-a\"" in (status(c, "registry") or ""),
+                   lambda: f"c's answer: {status(c, 'registry')!r}")
+        assert status(c, "worker_id") is None
+
+
+def test_registry_settings_that_contradict_are_errors_with_a_hint():
+    with servers() as made:
+        s = started(made, "reg-settings", conf={
+            "snowflake_id.worker_id": 4,
+            "snowflake_id.worker_id_source": "'registry'",
+            "snowflake_id.registry_policy": "'sometimes'",
+        })
+        s.sql("CREATE EXTENSION snowflake_id")
+        code, message, hint = s.error("SELECT snowflake_nextval()")
+        assert code == "22023" and "snowflake_id.worker_id = 4 is set" in message, (code, message)
+        assert "Keep one" in hint
+        s.set_conf(snowflake_id__worker_id=None)
         s.restart()
-        s.sql("SELECT 1")
-        # Still issuing under its kept lease; the renew says why it cannot ask.
-        wait_until(lambda: "holds a password" in (status(s, "registry") or ""),
-                   lambda: f"answer: {status(s, 'registry')!r}")
-        assert "fleet-secret" not in status(s, "registry")
+        code, message, hint = s.error("SELECT snowflake_nextval()")
+        assert code == "22023" and "invalid snowflake_id.registry_policy: 'sometimes'" in message, (code, message)
+        assert "'keep'" in hint and "'disposable'" in hint
+        # No registry worker runs where the settings are refused.
+        assert registry_worker(s) is None
+        # Nor a release.
+        assert s.error("SELECT snowflake_release_worker_id()")[0] == "22023"
+
+
+def test_the_postmaster_maps_no_libpq_of_this_librarys_choosing():
+    """The library is preloaded: a libpq linked into it would be the one
+    every later process resolves libpq.so.5 to, the WAL receiver's included
+    (a standby of a newer major then failed on a connection option its
+    older libpq did not know). libpq is loaded, from the server's own
+    libpqwalreceiver, only in the processes that talk to a registry."""
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-libpq", r)
+        wait_leased(s)
+
+        def maps(pid):
+            with open(f"/proc/{pid}/maps") as f:
+                return {line.split()[-1] for line in f if "libpq" in line}
+
+        assert maps(s.postmaster_pid()) == set()
+        assert maps(r.postmaster_pid()) == set()
+        worker = registry_worker(s)
+        assert worker, "no registry worker"
+        walreceiver_lib = maps(worker)
+        assert any("libpq.so" in path for path in walreceiver_lib), walreceiver_lib
+        libdir = _as_postgres([f"{PG_BIN}/pg_config", "--pkglibdir"]).stdout.strip()
+        assert any(path.startswith(libdir) and "libpqwalreceiver" in path for path in walreceiver_lib), walreceiver_lib
