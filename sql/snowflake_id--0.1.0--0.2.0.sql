@@ -646,11 +646,12 @@ BEGIN
 
     -- A worker id for the server `sysid` (its name for people, its policy,
     -- its layout's largest worker id, its start, its backfill worker id or
-    -- -1): with 'keep', the one it holds if it holds one; with
-    -- 'disposable', the one this start leased already; else the lowest
-    -- never leased; else the one released longest ago, above its last
-    -- holder's last ID time. None that is a live holder's backfill worker
-    -- id. One at a time.
+    -- -1), for the calling role: with 'keep', the one this role holds for
+    -- it if any; with 'disposable', the one this start leased already;
+    -- else the lowest neither leased nor a live holder's backfill worker
+    -- id; else the one released longest ago, above its last holder's last
+    -- ID time. One at a time; the scans are linear in the leases, whatever
+    -- the layout.
     CREATE OR REPLACE FUNCTION snowflake_registry.lease(
         sysid numeric, holder_name text, wanted_policy text, max_worker_id integer,
         token text, backfill integer)
@@ -658,31 +659,33 @@ BEGIN
     VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
+    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $lease$
     #variable_conflict use_column
     DECLARE
         w integer;
         f bigint;
-        other text;
     BEGIN
         IF wanted_policy NOT IN ('keep', 'disposable') THEN
             RAISE EXCEPTION 'unknown lease policy %', quote_literal(wanted_policy)
                 USING ERRCODE = '22023', HINT = 'Use ''keep'' or ''disposable''.';
         END IF;
-        IF max_worker_id < 0 OR sysid < 0 OR sysid > 18446744073709551615 OR backfill > max_worker_id THEN
-            RAISE EXCEPTION 'no lease for system identifier % with worker ids 0 to %', sysid, max_worker_id
+        IF max_worker_id NOT BETWEEN 0 AND 16777215 OR sysid < 0 OR sysid > 18446744073709551615
+           OR backfill > max_worker_id THEN
+            RAISE EXCEPTION 'no lease for system identifier % with worker ids 0 to % (at most 16777215)', sysid, max_worker_id
                 USING ERRCODE = '22023';
         END IF;
         LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
-        SELECT l.server_name INTO other FROM snowflake_registry.worker_leases l
-            WHERE l.worker_id = backfill AND l.released_at IS NULL AND l.system_identifier <> sysid;
-        IF FOUND THEN
-            RAISE EXCEPTION 'worker id %, this server''s snowflake_id.backfill_worker_id, is leased live to "%"', backfill, other
+        -- A backfill worker id that another server ever issued under, live,
+        -- would repeat its IDs at their times.
+        IF EXISTS (SELECT FROM snowflake_registry.worker_leases l
+                   WHERE l.worker_id = backfill AND l.system_identifier <> sysid) THEN
+            RAISE EXCEPTION 'worker id %, this server''s snowflake_id.backfill_worker_id, was leased live to another server', backfill
                 USING ERRCODE = '55000',
-                      HINT = 'Give this server a backfill worker id the registry has not leased (ids counted down from the layout''s largest stay free longest), then reload.';
+                      HINT = 'Give this server a backfill worker id the registry never leased (ids counted down from the layout''s largest stay free longest), then reload.';
         END IF;
         SELECT l.worker_id INTO w FROM snowflake_registry.worker_leases l
-            WHERE l.system_identifier = sysid AND l.released_at IS NULL
+            WHERE l.system_identifier = sysid AND l.released_at IS NULL AND l.holder_role = session_user
               AND l.policy = wanted_policy AND l.worker_id <= max_worker_id
               AND (wanted_policy = 'keep' OR l.start_token = token)
             ORDER BY l.worker_id LIMIT 1;
@@ -692,19 +695,17 @@ BEGIN
                     backfill_worker_id = NULLIF(backfill, -1)
                 WHERE l.worker_id = w;
         ELSE
-            -- Past the largest first; the gaps only once that is used up.
-            SELECT COALESCE(max(l.worker_id) FILTER (WHERE l.worker_id <= max_worker_id) + 1, 0) INTO w
-                FROM snowflake_registry.worker_leases l;
-            IF w > max_worker_id OR w = backfill OR EXISTS (
-                    SELECT FROM snowflake_registry.worker_leases l
-                    WHERE l.backfill_worker_id = w AND l.released_at IS NULL) THEN
-                SELECT g INTO w FROM generate_series(0, max_worker_id) g
-                    WHERE g <> backfill
-                      AND NOT EXISTS (SELECT FROM snowflake_registry.worker_leases l
-                                      WHERE l.worker_id = g
-                                         OR (l.backfill_worker_id = g AND l.released_at IS NULL))
-                    ORDER BY g LIMIT 1;
-            END IF;
+            -- The lowest id that is neither leased nor a backfill worker id:
+            -- 0, or one past an occupied id.
+            WITH occupied AS (
+                SELECT l.worker_id AS id FROM snowflake_registry.worker_leases l
+                UNION SELECT l.backfill_worker_id FROM snowflake_registry.worker_leases l
+                      WHERE l.released_at IS NULL AND l.backfill_worker_id IS NOT NULL
+                UNION SELECT backfill WHERE backfill >= 0)
+            SELECT min(c.id) INTO w FROM (
+                SELECT 0 AS id
+                UNION ALL SELECT o.id + 1 FROM occupied o WHERE o.id < max_worker_id) c
+            WHERE NOT EXISTS (SELECT FROM occupied o WHERE o.id = c.id);
             IF w IS NOT NULL THEN
                 INSERT INTO snowflake_registry.worker_leases AS l
                     (worker_id, system_identifier, server_name, policy, holder_role, start_token,
@@ -743,39 +744,58 @@ BEGIN
     -- (another's now), and it stops issuing under it; 'restored' where the
     -- registry had no row for it (restored from an older backup, or a row
     -- deleted by hand): the lease is written back, within the holder's
-    -- layout.
+    -- layout, unless another server's backfill worker id is `w`. A lease
+    -- of another role's is an error (nothing changes). A backfill worker
+    -- id another server ever issued under live is 'backfill_taken' (kept
+    -- unrecorded; the holder refuses backfills).
     CREATE OR REPLACE FUNCTION snowflake_registry.renew(
         w integer, sysid numeric, holder_name text, held_policy text, max_worker_id integer, backfill integer)
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
+    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $renew$
     DECLARE
         r record;
+        taken boolean;
     BEGIN
-        IF held_policy NOT IN ('keep', 'disposable') OR w < 0 OR w > max_worker_id OR backfill > max_worker_id
+        IF held_policy NOT IN ('keep', 'disposable') OR max_worker_id NOT BETWEEN 0 AND 16777215
+           OR w NOT BETWEEN 0 AND max_worker_id OR backfill > max_worker_id
            OR sysid < 0 OR sysid > 18446744073709551615 THEN
-            RAISE EXCEPTION 'no renew of worker id % (0 to %) under policy %', w, max_worker_id,
+            RAISE EXCEPTION 'no renew of worker id % (0 to %, at most 16777215) under policy %', w, max_worker_id,
                 quote_literal(held_policy) USING ERRCODE = '22023';
         END IF;
         LOCK TABLE snowflake_registry.worker_leases IN EXCLUSIVE MODE;
+        taken := EXISTS (SELECT FROM snowflake_registry.worker_leases l
+                         WHERE l.worker_id = backfill AND l.system_identifier <> sysid);
         SELECT * INTO r FROM snowflake_registry.worker_leases l WHERE l.worker_id = w;
         IF NOT FOUND THEN
+            IF EXISTS (SELECT FROM snowflake_registry.worker_leases l
+                       WHERE l.backfill_worker_id = w AND l.released_at IS NULL) THEN
+                RAISE EXCEPTION 'worker id % has no row here, and another server''s backfill worker id is %', w, w
+                    USING ERRCODE = '55000';
+            END IF;
             INSERT INTO snowflake_registry.worker_leases
                 (worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
                  leased_at, renewed_at)
-                VALUES (w, sysid, holder_name, held_policy, session_user, NULLIF(backfill, -1),
+                VALUES (w, sysid, holder_name, held_policy, session_user,
+                        CASE WHEN NOT taken THEN NULLIF(backfill, -1) END,
                         clock_timestamp(), clock_timestamp());
-            RETURN 'restored';
+            RETURN CASE WHEN taken THEN 'backfill_taken' ELSE 'restored' END;
         ELSIF r.system_identifier <> sysid THEN
             RETURN 'lost';
+        ELSIF r.holder_role <> session_user THEN
+            RAISE EXCEPTION 'worker id % is leased by role %, not %', w, r.holder_role, session_user
+                USING ERRCODE = '42501',
+                      HINT = 'Connect as the role that leased it (snowflake_id.registry''s user=).';
         ELSIF r.released_at IS NOT NULL THEN
             RETURN 'released';
         END IF;
         UPDATE snowflake_registry.worker_leases l
-            SET renewed_at = clock_timestamp(), backfill_worker_id = NULLIF(backfill, -1)
+            SET renewed_at = clock_timestamp(),
+                backfill_worker_id = CASE WHEN NOT taken THEN NULLIF(backfill, -1) END
             WHERE l.worker_id = w;
-        RETURN 'held';
+        RETURN CASE WHEN taken THEN 'backfill_taken' ELSE 'held' END;
     END
     $renew$;
 
@@ -787,6 +807,7 @@ BEGIN
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
+    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $release$
     BEGIN
         IF last_ms < 0 OR last_ms > (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000)::bigint THEN

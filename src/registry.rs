@@ -173,25 +173,43 @@ pub fn renew(
         .and_then(|r| r.first().cloned().flatten())
         .unwrap_or_default();
     let gone = match said.as_str() {
-        "held" => {
-            return Ok(format!(
-                "worker id {worker} renewed at {}",
-                format_instant(now_ms())
-            ))
-        }
-        "restored" => {
-            let said = format!(
-                "the registry had no row for worker id {worker}, held here: written back at {}",
-                format_instant(now_ms())
-            );
-            crate::pg::error::log(
-                Failure::new(Class::Warning, format!("snowflake_id: {said}")).hint("A registry restored from an older backup, or a row deleted by hand: every holder's lease is written back at its next renew; until then the registry may hand out a worker id that a server still holds."),
-                pgrx::PgLogLevel::WARNING,
-            );
-            return Ok(said);
+        "held" | "restored" | "backfill_taken" => {
+            let taken = said == "backfill_taken";
+            if shm.registry.set_backfill_taken(taken) != taken && taken {
+                crate::pg::error::log(
+                    snowflake_id_core::registry::backfill_taken(),
+                    pgrx::PgLogLevel::WARNING,
+                );
+            }
+            let mut words = format!("worker id {worker} renewed at {}", format_instant(now_ms()));
+            if said == "restored" {
+                words = format!(
+                    "the registry had no row for worker id {worker}, held here: written back at {}",
+                    format_instant(now_ms())
+                );
+                crate::pg::error::log(
+                    Failure::new(Class::Warning, format!("snowflake_id: {words}")).hint("A registry restored from an older backup, or a row deleted by hand: every holder's lease is written back at its next renew; until then the registry may hand out a worker id that a server still holds."),
+                    pgrx::PgLogLevel::WARNING,
+                );
+            }
+            if taken {
+                words.push_str("; ");
+                words.push_str(&snowflake_id_core::registry::backfill_taken().message);
+            }
+            return Ok(words);
         }
         "released" => Gone::ReleasedThere,
-        _ => Gone::Lost,
+        "lost" => Gone::Lost,
+        // Not an answer this server knows: asked again, nothing stopped.
+        other => {
+            return Err(Failure::new(
+                Class::NotReady,
+                format!(
+                    "the registry's answer to the renew is not one of held, released, lost: {:?}",
+                    other.chars().take(40).collect::<String>()
+                ),
+            ))
+        }
     };
     mark::refuse_for_lease(shm, gone);
     if let Some(mut lease) =

@@ -320,6 +320,10 @@ fn lease_words(policy: Policy, in_force: Option<u32>) -> String {
 /// The backfill worker id beside the live worker id `live`, or why there
 /// is none to use (unset, outside the layout, the live one).
 pub fn backfill(cfg: &Config, live: u32) -> Result<u32, Failure> {
+    let leased = matches!(cfg.worker, WorkerSource::Registry { .. });
+    if leased && crate::shmem::get().is_some_and(|shm| shm.registry.backfill_taken()) {
+        return Err(snowflake_id_core::registry::backfill_taken());
+    }
     rule::backfill(settings::backfill_worker_id()?, live, &cfg.layout)
 }
 

@@ -136,6 +136,16 @@ impl Lease {
     }
 }
 
+/// Why backfills are refused while the registry says the backfill worker
+/// id was another server's live one.
+pub fn backfill_taken() -> Failure {
+    Failure::new(
+        Class::NotReady,
+        "the registry says this server's snowflake_id.backfill_worker_id was leased live to another server: backfills under it would repeat that server's IDs",
+    )
+    .hint("Set snowflake_id.backfill_worker_id to an id the registry never leased (count down from the layout's largest), then reload; live IDs go on meanwhile.")
+}
+
 /// How far ahead of this server's clock a previous holder's last ID time
 /// may be: what copied IDs may lead by, too.
 pub const FLOOR_AHEAD_MS: i64 = 3_600_000;

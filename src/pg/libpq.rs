@@ -101,6 +101,8 @@ const CONNECTION_BAD: c_int = 1;
 const PGRES_COMMAND_OK: c_int = 1;
 const PGRES_TUPLES_OK: c_int = 2;
 const PGRES_SINGLE_TUPLE: c_int = 9;
+const PGRES_NONFATAL_ERROR: c_int = 6;
+const PGRES_FATAL_ERROR: c_int = 7;
 const PGRES_POLLING_FAILED: c_int = 0;
 const PGRES_POLLING_READING: c_int = 1;
 const PGRES_POLLING_OK: c_int = 3;
@@ -139,8 +141,9 @@ unsafe extern "C" fn ignore_notice(_arg: *mut c_void, _message: *const c_char) {
 
 /// Waits until `sock` is readable (or writable), the latch is set, or
 /// `deadline_ms` passes; an interrupt raises (a backend's cancel) or ends
-/// the wait (a worker's SIGTERM). Err: the deadline passed, or a stop.
-fn wait_socket(sock: c_int, write: bool, deadline_ms: i64, what: &str) -> Result<(), String> {
+/// the wait (a worker's SIGTERM). Ok(whether the socket is ready); Err: the
+/// deadline passed, or a stop.
+fn wait_socket(sock: c_int, write: bool, deadline_ms: i64, what: &str) -> Result<bool, String> {
     use pgrx::pg_sys;
     let left = deadline_ms - crate::pg::clock::now_ms();
     if left <= 0 {
@@ -154,8 +157,8 @@ fn wait_socket(sock: c_int, write: bool, deadline_ms: i64, what: &str) -> Result
     let events = pg_sys::WL_LATCH_SET | pg_sys::WL_TIMEOUT | pg_sys::WL_EXIT_ON_PM_DEATH | socket;
     // SAFETY: waiting on this process's own latch and a socket libpq owns,
     // as postgres_fdw and the WAL receiver do.
-    unsafe {
-        pg_sys::WaitLatchOrSocket(
+    let woke = unsafe {
+        let woke = pg_sys::WaitLatchOrSocket(
             pg_sys::MyLatch,
             events as i32,
             sock as _,
@@ -163,12 +166,13 @@ fn wait_socket(sock: c_int, write: bool, deadline_ms: i64, what: &str) -> Result
             pg_sys::PG_WAIT_EXTENSION,
         );
         pg_sys::ResetLatch(pg_sys::MyLatch);
-    }
+        woke
+    };
     pgrx::check_for_interrupts!();
     if crate::pg::signals::terminating() {
         return Err(format!("stopped while {what}"));
     }
-    Ok(())
+    Ok(woke & socket as i32 != 0)
 }
 
 impl Connection {
@@ -237,7 +241,17 @@ impl Connection {
                             .unwrap_or_else(|| "no connection".into()))
                     }
                     asked => {
-                        wait_socket(sock, asked != PGRES_POLLING_READING, deadline, "connecting")?
+                        // libpq is polled only when the socket is ready: a
+                        // latch set meanwhile (a reload) would otherwise
+                        // make it take a connect under way for done.
+                        if !wait_socket(
+                            sock,
+                            asked != PGRES_POLLING_READING,
+                            deadline,
+                            "connecting",
+                        )? {
+                            continue;
+                        }
                     }
                 }
                 polled = (pq.connect_poll)(conn.0);
@@ -283,12 +297,19 @@ impl Connection {
             let mut rows: Rows = Vec::new();
             let mut error: Option<Failure> = None;
             loop {
+                // Every turn: the deadline and interrupts, whatever the
+                // server sends.
+                if crate::pg::clock::now_ms() > deadline {
+                    return Err(failed("no whole answer within the time allowed".into()));
+                }
+                pgrx::check_for_interrupts!();
                 while (pq.is_busy)(self.0) != 0 {
                     let sock = (pq.socket)(self.0);
                     if sock < 0 {
                         return Err(failed("the connection to the registry was lost".into()));
                     }
-                    wait_socket(sock, false, deadline, "waiting for the answer").map_err(failed)?;
+                    let _ready = wait_socket(sock, false, deadline, "waiting for the answer")
+                        .map_err(failed)?;
                     if (pq.consume_input)(self.0) == 0 {
                         return Err(failed(text((pq.error_message)(self.0)).unwrap_or_default()));
                     }
@@ -319,7 +340,7 @@ impl Connection {
                         rows.push(row?);
                     }
                     PGRES_TUPLES_OK | PGRES_COMMAND_OK => (pq.clear)(res),
-                    _ => {
+                    PGRES_FATAL_ERROR | PGRES_NONFATAL_ERROR => {
                         let message = text((pq.result_error_field)(res, PG_DIAG_MESSAGE_PRIMARY))
                             .or_else(|| text((pq.error_message)(self.0)))
                             .unwrap_or_else(|| "the statement failed".into());
@@ -331,6 +352,14 @@ impl Connection {
                         }
                         (pq.clear)(res);
                         error.get_or_insert(f);
+                    }
+                    other => {
+                        // COPY and the like: no answer of a registry's, and
+                        // one that would never end. The connection is dropped.
+                        (pq.clear)(res);
+                        return Err(failed(format!(
+                            "the registry answered with result status {other}, not rows"
+                        )));
                     }
                 }
             }

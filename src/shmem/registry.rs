@@ -5,7 +5,7 @@
 
 use super::pid::Pid;
 use snowflake_id_core::shared_text::SharedText;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 /// Why the lease no longer covers IDs.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -28,6 +28,9 @@ pub struct RegistryState {
     answered_at_ms: AtomicI64,
     /// 0, or a `Gone` (set once; a restart clears it).
     gone: AtomicU8,
+    /// Whether the registry said the backfill worker id was another
+    /// server's live one (backfills are refused while it does).
+    backfill_taken: AtomicBool,
     /// This start's token (0 until first asked): the registry gives a
     /// retry of one start the 'disposable' lease it gave that start.
     token: AtomicU64,
@@ -41,6 +44,7 @@ impl RegistryState {
             answered_at_ms: AtomicI64::new(0),
             gone: AtomicU8::new(0),
             token: AtomicU64::new(0),
+            backfill_taken: AtomicBool::new(false),
         }
     }
 
@@ -79,6 +83,15 @@ impl RegistryState {
             };
         }
         token
+    }
+
+    /// Sets whether the backfill worker id is taken; what it was before.
+    pub fn set_backfill_taken(&self, taken: bool) -> bool {
+        self.backfill_taken.swap(taken, Ordering::AcqRel)
+    }
+
+    pub fn backfill_taken(&self) -> bool {
+        self.backfill_taken.load(Ordering::Acquire)
     }
 
     pub fn gone(&self) -> Option<Gone> {

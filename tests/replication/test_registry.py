@@ -7,6 +7,8 @@ set with libfaketime where a test is about time; every wait is for a
 condition (a worker id in the status, an answer from the registry)."""
 
 import os
+import socket
+import struct
 import threading
 
 import psycopg2
@@ -295,7 +297,18 @@ def test_a_released_worker_id_goes_to_the_next_holder_above_its_last_id_time():
         code, message, _ = r.error(f"SELECT snowflake_registry.release(0, {sysid(b)}, 0)", dbname="registry",
                                    user="fleet2")
         assert code == "55000" and "by role fleet2" in message, (code, message)
+        # ... nor renew it (taking its name or its backfill worker id), nor
+        # be handed it back by lease().
+        code, message, _ = r.error(f"SELECT snowflake_registry.renew(0, {sysid(b)}, 'evil', 'keep', 1, -1)",
+                                   dbname="registry", user="fleet2")
+        assert code == "42501" and "leased by role fleet" in message, (code, message)
+        code, message, _ = r.error(f"SELECT * FROM snowflake_registry.lease({sysid(b)}, 'evil', 'keep', 1, 't', -1)",
+                                   dbname="registry", user="fleet2")
+        assert code == "53400", (code, message)
+        assert [row[2] for row in leases(r) if row[0] == 0] == ["reg-release-b"]
         for statement in ("SELECT snowflake_registry.renew(2147483647, 7, 'x', 'keep', 1, -1)",
+                          "SELECT snowflake_registry.renew(5, 7, 'x', 'keep', 2147483647, -1)",
+                          "SELECT * FROM snowflake_registry.lease(7, 'x', 'keep', 2147483647, 't', -1)",
                           f"SELECT snowflake_registry.release(0, {sysid(b)}, 99999999999999)"):
             assert r.error(statement, dbname="registry", user="fleet")[0] == "22023", statement
         assert r.error("SELECT snowflake_registry.release_gone(0, now() + interval '2 hours')", dbname="registry",
@@ -560,11 +573,30 @@ def test_a_backfill_worker_id_is_never_leased_live():
         assert wait_leased(a) == 0
         b = leasing(made, "reg-bf-b", r)
         assert wait_leased(b) == 2, "the registry leased a live server's backfill worker id"
-        # A server whose backfill worker id is another's live one is told.
+        # A server whose backfill worker id is another's live one is told,
+        # without being told whose.
         c = leasing(made, "reg-bf-c", r, conf={"snowflake_id.backfill_worker_id": 0})
-        wait_until(lambda: "is leased live to \"reg-bf-a\"" in (status(c, "registry") or ""),
+        wait_until(lambda: "was leased live to another server" in (status(c, "registry") or ""),
                    lambda: f"c's answer: {status(c, 'registry')!r}")
-        assert status(c, "worker_id") is None
+        assert status(c, "worker_id") is None and "reg-bf-a" not in status(c, "registry")
+        # A reload onto another's live worker id: the renew says so, and
+        # backfills stop (live IDs go on) until it is set right again.
+        b.sql("ALTER SYSTEM SET snowflake_id.backfill_worker_id = 0")
+        b.reload_and_wait()
+        wait_until(lambda: "was leased live to another server" in (status(b, "registry") or ""),
+                   lambda: f"b's answer: {status(b, 'registry')!r}")
+        code, message, hint = b.error("SELECT snowflake_nextval_at(now() - interval '1 day')")
+        assert code == "55000" and "leased live to another server" in message, (code, message)
+        assert "count down" in hint
+        assert b.one("SELECT snowflake_nextval()") > 0
+        assert [row[5] for row in r.sql("SELECT * FROM snowflake_registry.leases WHERE worker_id = 2",
+                                        dbname="registry", user="registrar")] == [None]
+        b.sql("ALTER SYSTEM SET snowflake_id.backfill_worker_id = 1000")
+        b.reload_and_wait()
+        wait_until(lambda: "renewed" in (status(b, "registry") or "")
+                   and "another server" not in status(b, "registry"),
+                   lambda: f"b's answer: {status(b, 'registry')!r}")
+        assert b.one("SELECT snowflake_nextval_at(now() - interval '1 day')") > 0
 
 
 def test_registry_settings_that_contradict_are_errors_with_a_hint():
@@ -612,3 +644,60 @@ def test_the_postmaster_maps_no_libpq_of_this_librarys_choosing():
         assert any("libpq.so" in path for path in walreceiver_lib), walreceiver_lib
         libdir = _as_postgres([f"{PG_BIN}/pg_config", "--pkglibdir"]).stdout.strip()
         assert any(path.startswith(libdir) and "libpqwalreceiver" in path for path in walreceiver_lib), walreceiver_lib
+
+
+class FakeRegistry(threading.Thread):
+    """A server speaking just enough of the PostgreSQL protocol to accept a
+    connection and then answer every statement by starting a COPY, which no
+    registry does (messages per the protocol's documentation, "Message
+    Formats", and libpq's fe-protocol3.c, which turns 'G' into
+    PGRES_COPY_IN)."""
+
+    def __init__(self, directory, port):
+        super().__init__(daemon=True)
+        self.path = os.path.join(directory, f".s.PGSQL.{port}")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        os.chmod(self.path, 0o777)
+        self.sock.listen(8)
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def serve(conn):
+        msg = lambda kind, body=b"": kind + struct.pack("!I", len(body) + 4) + body  # noqa: E731
+        try:
+            conn.recv(8192)  # the startup packet
+            conn.sendall(msg(b"R", struct.pack("!I", 0)) + msg(b"Z", b"I"))
+            while conn.recv(8192):
+                conn.sendall(msg(b"1") + msg(b"2") + msg(b"G", b"\x00\x00\x00"))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+def test_a_registry_that_answers_with_a_copy_stalls_nothing():
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-copying", r)
+        wait_leased(s)
+        fake = FakeRegistry(s.dir, 5999)
+        fake.start()
+        try:
+            s.sql(f"ALTER SYSTEM SET snowflake_id.registry = 'host={s.dir} port=5999 dbname=registry user=fleet'")
+            s.reload_and_wait()
+            wait_until(lambda: "result status" in (status(s, "registry") or ""),
+                       lambda: f"answer: {status(s, 'registry')!r}")
+            code, message, _ = s.error("SELECT snowflake_release_worker_id()")
+            assert code == "55000" and "result status" in message, (code, message)
+            s.stop()
+            assert not os.path.exists(os.path.join(s.data, "postmaster.pid")), "a fast shutdown did not end"
+        finally:
+            fake.sock.close()
