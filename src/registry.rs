@@ -24,7 +24,9 @@ use crate::shmem::registry::Gone;
 use crate::shmem::Shmem;
 use crate::worker_id;
 use snowflake_id_core::config::{Config, WorkerSource};
-use snowflake_id_core::registry::{conninfo_problem, lease_from, Answer, Lease, Policy};
+use snowflake_id_core::registry::{
+    conninfo_problem, leasable_max, lease_from, Answer, Lease, Policy,
+};
 use snowflake_id_core::timefmt::format_instant;
 use snowflake_id_core::{Class, Failure};
 
@@ -62,7 +64,7 @@ pub fn take(
         return Err(mark::read_only());
     }
     let sysid = xlog::system_identifier();
-    let max = cfg.layout.max_worker();
+    let max = leasable_max(cfg.layout.max_worker());
     let c = connected(conn)?;
     let rows = c.query(
         "SELECT worker_id, system_identifier, leased_at_ms, floor_ms FROM snowflake_registry.lease(\
@@ -71,7 +73,7 @@ pub fn take(
             &sysid.to_string(),
             &settings::server_name(),
             policy.name(),
-            &max.min(i32::MAX as u64).to_string(),
+            &max.to_string(),
             &shm.registry.start_token().to_string(),
             &backfill_text(),
         ],
@@ -163,7 +165,7 @@ pub fn renew(
             &sysid.to_string(),
             &settings::server_name(),
             policy.name(),
-            &cfg.layout.max_worker().min(i32::MAX as u64).to_string(),
+            &leasable_max(cfg.layout.max_worker()).to_string(),
             &backfill_text(),
         ],
         QUERY_TIMEOUT_S,

@@ -150,6 +150,18 @@ pub fn backfill_taken() -> Failure {
 /// may be: what copied IDs may lead by, too.
 pub const FLOOR_AHEAD_MS: i64 = 3_600_000;
 
+/// The largest worker id a registry leases (24 bits; registry.sql refuses a
+/// larger one): its lease table is searched for the lowest free id, and no
+/// fleet is that large.
+pub const MAX_LEASED_WORKER: u64 = 16_777_215;
+
+/// The largest worker id a server with a layout whose largest is
+/// `layout_max` asks a registry for: a layout with more worker bits leases
+/// from the registry's range rather than not at all.
+pub fn leasable_max(layout_max: u64) -> u64 {
+    layout_max.min(MAX_LEASED_WORKER)
+}
+
 /// A registry's answer to a lease, as its columns came (text, NULL as None).
 #[derive(Debug, Clone, Default)]
 pub struct Answer<'a> {
@@ -358,6 +370,13 @@ mod tests {
             policy: Policy::Keep,
             released: false,
         }
+    }
+
+    #[test]
+    fn a_layout_with_more_worker_bits_than_a_registry_leases_asks_for_its_range() {
+        assert_eq!(leasable_max(1023), 1023);
+        assert_eq!(leasable_max(MAX_LEASED_WORKER), MAX_LEASED_WORKER);
+        assert_eq!(leasable_max((1 << 26) - 1), MAX_LEASED_WORKER);
     }
 
     #[test]

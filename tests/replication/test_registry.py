@@ -415,6 +415,18 @@ def test_a_row_planted_for_a_server_past_its_layout_is_not_taken():
         assert decoded_workers(s, take(s, 10)) == {0}
 
 
+def test_a_layout_with_more_worker_bits_than_the_registry_leases_still_leases():
+    """A layout with 26 worker bits (largest 67,108,863) asks the registry
+    for an id up to 16,777,215, the largest it leases, and gets one."""
+    with servers() as made:
+        r = registry(made)
+        s = leasing(made, "reg-wide", r, conf={"snowflake_id.layout": "'time=31,worker=26,sequence=6,unit=1s'"})
+        assert "worker=26" in status(s, "layout"), status(s, "layout")
+        assert wait_leased(s) == 0
+        assert decoded_workers(s, take(s, 10)) == {0}
+        assert [row[0] for row in leases(r)] == [0]
+
+
 def test_a_hostile_registry_answer_is_refused():
     """A registry whose lease() answers rows no registry writes: NULLs, a
     worker id past the layout, another cluster's system identifier."""
