@@ -631,6 +631,8 @@ BEGIN
                   HINT = 'Run snowflake_registry_init() as the role that made it.';
     END IF;
     REVOKE ALL ON snowflake_registry.worker_leases FROM PUBLIC;
+    CREATE INDEX IF NOT EXISTS worker_leases_system_identifier
+        ON snowflake_registry.worker_leases (system_identifier);
 
     CREATE OR REPLACE VIEW snowflake_registry.leases AS
         SELECT worker_id, system_identifier, server_name, policy, holder_role, backfill_worker_id,
@@ -659,7 +661,6 @@ BEGIN
     VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
-    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $lease$
     #variable_conflict use_column
     DECLARE
@@ -670,7 +671,7 @@ BEGIN
             RAISE EXCEPTION 'unknown lease policy %', quote_literal(wanted_policy)
                 USING ERRCODE = '22023', HINT = 'Use ''keep'' or ''disposable''.';
         END IF;
-        IF max_worker_id NOT BETWEEN 0 AND 16777215 OR sysid < 0 OR sysid > 18446744073709551615
+        IF max_worker_id NOT BETWEEN 0 AND 16777215 OR sysid < 0 OR sysid > 18446744073709551615 OR sysid <> pg_catalog.trunc(sysid)
            OR backfill > max_worker_id THEN
             RAISE EXCEPTION 'no lease for system identifier % with worker ids 0 to % (at most 16777215)', sysid, max_worker_id
                 USING ERRCODE = '22023';
@@ -753,7 +754,6 @@ BEGIN
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
-    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $renew$
     DECLARE
         r record;
@@ -761,7 +761,7 @@ BEGIN
     BEGIN
         IF held_policy NOT IN ('keep', 'disposable') OR max_worker_id NOT BETWEEN 0 AND 16777215
            OR w NOT BETWEEN 0 AND max_worker_id OR backfill > max_worker_id
-           OR sysid < 0 OR sysid > 18446744073709551615 THEN
+           OR sysid < 0 OR sysid > 18446744073709551615 OR sysid <> pg_catalog.trunc(sysid) THEN
             RAISE EXCEPTION 'no renew of worker id % (0 to %, at most 16777215) under policy %', w, max_worker_id,
                 quote_literal(held_policy) USING ERRCODE = '22023';
         END IF;
@@ -807,7 +807,6 @@ BEGIN
     RETURNS text VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
     SET lock_timeout = '10s'
-    SET statement_timeout = '10s'
     LANGUAGE plpgsql AS $release$
     BEGIN
         IF last_ms < 0 OR last_ms > (extract(epoch FROM clock_timestamp() + interval '1 hour') * 1000)::bigint THEN

@@ -36,8 +36,8 @@ const QUERY_TIMEOUT_S: u32 = 15;
 
 /// What `take` did.
 pub enum Taken {
-    /// Kept from the lease file: the registry was not asked (and is asked
-    /// at once whether it still holds the lease).
+    /// Kept from the lease file: the registry said it still holds it, or
+    /// could not be asked.
     Kept(String),
     /// Leased from the registry now.
     Leased(String),
@@ -51,12 +51,52 @@ pub fn take(
     conn: &mut Option<Connection>,
 ) -> Result<Taken, Failure> {
     if let Some(lease) = worker_id::kept_lease(cfg, policy)? {
-        worker_id::settle_leased(shm, lease.worker_id, "kept from its lease file");
-        return Ok(Taken::Kept(format!(
-            "worker id {} kept from this server's lease file at {} (the registry was not asked)",
-            lease.worker_id,
-            format_instant(now_ms())
-        )));
+        // The registry is asked before the first ID under a kept lease: a
+        // copy of this server made before its lease was released or given
+        // away (a backup restored, a standby promoted, a server written off
+        // with release_gone() that came back) must not issue under it. Only
+        // the answer that it is gone stops it: a registry that cannot be
+        // asked stops nothing, as a restart must not need it.
+        match ask_renew(shm, cfg, lease.worker_id, policy, conn) {
+            Ok(Renewal::Held(words)) => {
+                worker_id::settle_leased(shm, lease.worker_id, "kept from its lease file");
+                return Ok(Taken::Kept(format!(
+                    "worker id {} kept from this server's lease file; {words}",
+                    lease.worker_id
+                )));
+            }
+            Err(f) => {
+                *conn = None;
+                worker_id::settle_leased(
+                    shm,
+                    lease.worker_id,
+                    "kept from its lease file; the registry could not confirm it",
+                );
+                return Ok(Taken::Kept(format!(
+                    "worker id {} kept from this server's lease file at {} without the registry's word ({}); asked again in a few seconds",
+                    lease.worker_id,
+                    format_instant(now_ms()),
+                    f.message
+                )));
+            }
+            // Nothing was issued under it since this start: the server
+            // leases anew at once, as a restart would.
+            Ok(Renewal::Gone(why)) => {
+                release_in_file(lease.worker_id)?;
+                crate::pg::error::log(
+                    Failure::new(
+                        Class::Warning,
+                        format!(
+                            "snowflake_id: the registry says worker id {} of this server's lease file is no longer this server's ({}): no ID was issued under it since this start, and a worker id is leased anew",
+                            lease.worker_id,
+                            why.words()
+                        ),
+                    )
+                    .hint("A copy of a server made before its lease was released or given away (a backup, a standby) does this; nothing is needed."),
+                    pgrx::PgLogLevel::WARNING,
+                );
+            }
+        }
     }
     // A lease is written to WAL before its first ID: none is asked for
     // before this server can write (a disposable one would be spent).
@@ -75,7 +115,7 @@ pub fn take(
             policy.name(),
             &max.to_string(),
             &shm.registry.start_token().to_string(),
-            &backfill_text(),
+            &backfill_text(cfg),
         ],
         QUERY_TIMEOUT_S,
     )?;
@@ -110,9 +150,14 @@ pub fn take(
     )))
 }
 
-/// This server's backfill worker id for the registry to keep free, -1: none.
-fn backfill_text() -> String {
+/// This server's backfill worker id for the registry to keep free, -1:
+/// none, or one above every worker id the registry leases (a layout with
+/// more worker bits counts them down from its largest), which it never
+/// hands out and would refuse to be told of.
+fn backfill_text(cfg: &Config) -> String {
+    let leasable = leasable_max(cfg.layout.max_worker());
     worker_id::backfill_as_set()
+        .filter(|b| u64::from(*b) <= leasable)
         .map_or(-1, i64::from)
         .to_string()
 }
@@ -144,6 +189,14 @@ fn above_previous_holder(shm: &Shmem, cfg: &Config, lease: &Lease) -> Result<(),
     mark::admin::floor_above(shm, cfg, &lim, id, 10_000).map(|_| ())
 }
 
+/// The registry's word on a lease this server holds.
+enum Renewal {
+    /// Still this server's (in words for the status).
+    Held(String),
+    /// Released there, or another server's (or no one's) now.
+    Gone(Gone),
+}
+
 /// The registry says whether this server still holds `worker`; a lease
 /// released there, or another's now, is released here too (WAL and the
 /// lease file: a restart, a standby, a later copy lease anew) and stops
@@ -155,6 +208,35 @@ pub fn renew(
     policy: Policy,
     conn: &mut Option<Connection>,
 ) -> Result<String, Failure> {
+    let gone = match ask_renew(shm, cfg, worker, policy, conn)? {
+        Renewal::Held(words) => return Ok(words),
+        Renewal::Gone(gone) => gone,
+    };
+    mark::refuse_for_lease(shm, gone);
+    release_in_file(worker)?;
+    // Logged by the worker, as every failed renew.
+    Err(mark::refused(shm).unwrap_or_else(|| Failure::new(Class::NotReady, "the lease is gone")))
+}
+
+/// Marks the lease of `worker` released in WAL and the lease file.
+fn release_in_file(worker: u32) -> Result<(), Failure> {
+    if let Some(mut lease) =
+        mark::worker_lease::read()?.filter(|l| l.worker_id == worker && !l.released)
+    {
+        lease.released = true;
+        mark::keep_worker_lease(&lease)?;
+    }
+    Ok(())
+}
+
+/// Renews `worker` in the registry: its answer.
+fn ask_renew(
+    shm: &Shmem,
+    cfg: &Config,
+    worker: u32,
+    policy: Policy,
+    conn: &mut Option<Connection>,
+) -> Result<Renewal, Failure> {
     let sysid = xlog::system_identifier();
     let c = connected(conn)?;
     let rows = c.query(
@@ -166,7 +248,7 @@ pub fn renew(
             &settings::server_name(),
             policy.name(),
             &leasable_max(cfg.layout.max_worker()).to_string(),
-            &backfill_text(),
+            &backfill_text(cfg),
         ],
         QUERY_TIMEOUT_S,
     )?;
@@ -198,7 +280,7 @@ pub fn renew(
                 words.push_str("; ");
                 words.push_str(&snowflake_id_core::registry::backfill_taken().message);
             }
-            return Ok(words);
+            return Ok(Renewal::Held(words));
         }
         "released" => Gone::ReleasedThere,
         "lost" => Gone::Lost,
@@ -213,17 +295,7 @@ pub fn renew(
             ))
         }
     };
-    mark::refuse_for_lease(shm, gone);
-    if let Some(mut lease) =
-        mark::worker_lease::read()?.filter(|l| l.worker_id == worker && !l.released)
-    {
-        lease.released = true;
-        mark::keep_worker_lease(&lease)?;
-    }
-    let f =
-        mark::refused(shm).unwrap_or_else(|| Failure::new(Class::NotReady, "the lease is gone"));
-    crate::pg::error::log(f.clone(), pgrx::PgLogLevel::WARNING);
-    Err(f)
+    Ok(Renewal::Gone(gone))
 }
 
 /// The open connection to the registry, opened if need be.
@@ -276,7 +348,10 @@ pub fn release(shm: &Shmem, cfg: &Config) -> Result<String, Failure> {
             .hint("Nothing to release: SELECT worker_id_source, registry FROM snowflake_id.snowflake_status says what the registry last answered."));
     };
     mark::refuse_for_lease(shm, Gone::ReleasedHere);
-    let last_ms = last_id_time(shm, cfg);
+    // Read under the mark's lock: a mark written meanwhile is either in
+    // this reading, or refused by the flag set above (`mark::extend` looks
+    // at it under the same lock).
+    let last_ms = shm.mark.with_lock(|| last_id_time(shm, cfg));
     if !lease.released {
         lease.released = true;
         mark::keep_worker_lease(&lease)?;

@@ -94,9 +94,13 @@ pub fn resolve(shm: &Shmem, cfg: &Config, how: Resolve) -> Result<u32, Failure> 
         (Resolve::Claim, WorkerSource::CitusGroup { offset }) => {
             Ok(citus::read_worker_id(shm, offset, &cfg.layout, citus::Ask::Nodes)?.0)
         }
-        (_, WorkerSource::Registry { policy }) => kept_lease(cfg, policy)?
+        (Resolve::Claim, WorkerSource::Registry { policy }) => kept_lease(cfg, policy)?
             .map(|l| l.worker_id)
-            .ok_or_else(|| not_leased(shm)),
+            .ok_or_else(|| not_leased(shm, None)),
+        (Resolve::Peek, WorkerSource::Registry { policy }) => Err(not_leased(
+            shm,
+            kept_lease(cfg, policy)?.map(|l| l.worker_id),
+        )),
     }
 }
 
@@ -141,12 +145,34 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             Ok(w)
         }
         WorkerSource::Registry { policy } => match kept_lease(cfg, policy)? {
-            Some(lease) => {
-                settle_leased(shm, lease.worker_id, "kept from its lease file");
-                in_force(shm).ok_or_else(|| not_leased(shm))
-            }
-            None => Err(not_leased(shm)),
+            Some(lease) => awaited_lease(shm, lease.worker_id),
+            None => Err(not_leased(shm, None)),
         },
+    }
+}
+
+/// The worker id of a lease kept in the lease file, once the registry
+/// worker has asked the registry whether it still is this server's (a copy
+/// made before it was released or given away is not): calls wait for that
+/// answer, `FIRST_CLAIMS_WAIT_MS` at most, and are refused after (a
+/// registry that cannot be reached stops nothing: the worker settles the
+/// lease as soon as it knows). A first try over with nothing settled
+/// released the kept lease, and leasing another failed.
+fn awaited_lease(shm: &Shmem, kept: u32) -> Result<u32, Failure> {
+    let deadline = clock::now_ms() + FIRST_CLAIMS_WAIT_MS;
+    loop {
+        if let Some(w) = in_force(shm) {
+            return Ok(w);
+        }
+        mark::may_issue(shm)?;
+        if shm.registry.tried() {
+            return Err(not_leased(shm, None));
+        }
+        if clock::now_ms() >= deadline {
+            return Err(not_leased(shm, Some(kept)));
+        }
+        clock::sleep_on_latch(10);
+        pgrx::check_for_interrupts!();
     }
 }
 
@@ -172,8 +198,9 @@ pub fn settle_leased(shm: &Shmem, worker: u32, how: &str) {
     }
 }
 
-/// Why a server that leases its worker id issues nothing yet.
-fn not_leased(shm: &Shmem) -> Failure {
+/// Why a server that leases its worker id issues nothing yet: it has no
+/// lease, or the one `kept` in its file waits for the registry's word.
+fn not_leased(shm: &Shmem, kept: Option<u32>) -> Failure {
     // The answer can name the registry's host and role, which are a
     // superuser's to see (the setting is superuser-only).
     let answer = match shm.registry.answer() {
@@ -183,11 +210,12 @@ fn not_leased(shm: &Shmem) -> Failure {
         None => "none yet (the registry worker has not asked)".to_string(),
         Some((text, _)) => Failure::from_text(&text).map_or(text, |f| f.message),
     };
-    Failure::new(
-        Class::NotReady,
-        "this server has no worker id yet: it leases one from the registry (snowflake_id.worker_id_source = 'registry') and has not got one",
-    )
-    .detail(format!("The registry's last answer: {answer}"))
+    let message = match kept {
+        None => "this server has no worker id yet: it leases one from the registry (snowflake_id.worker_id_source = 'registry') and has not got one".to_string(),
+        Some(w) => format!("this server has no worker id yet: its lease file holds worker id {w}, which is issued under once the registry says it is still this server's, or cannot be reached"),
+    };
+    Failure::new(Class::NotReady, message)
+        .detail(format!("The registry's last answer: {answer}"))
     .hint("Check that the server snowflake_id.registry names is up, that SELECT snowflake_registry_init() ran in its database and granted the role the connection uses, and that the password is in the password file; the server asks again every few seconds, and nothing needs a restart.")
 }
 

@@ -1,9 +1,9 @@
 //! The registry worker ("snowflake_id registry"): where
 //! `worker_id_source = 'registry'`, it gives this server its worker id
-//! (`registry::take`: kept from the lease file, or leased), asking again
-//! (after 2 s, then twice as long each time, up to 30 s) until it has one,
-//! then renews the lease at once where it was kept, and every ten seconds
-//! (`registry::renew`). What the registry last answered is published for
+//! (`registry::take`: kept from the lease file once the registry says it
+//! still holds it or cannot be asked, or leased), asking again (after 2 s,
+//! then twice as long each time, up to 30 s) until it has one, then renews
+//! the lease every ten seconds (`registry::renew`). What the registry last answered is published for
 //! the status.
 //!
 //! A process of its own: it waits on the network, which neither the
@@ -64,6 +64,7 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
     let mut conn: Option<Connection> = None;
     let mut next_renew = 0;
     let mut retry_ms = RETRY_MS;
+    let mut logged = String::new();
     loop {
         if signals::terminating() {
             process::exit(0);
@@ -77,21 +78,17 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
         }
         let wait = match worker_id::in_force(shm) {
             None => match take(shm, cfg, policy, &mut conn) {
-                Ok(Taken::Kept(said)) => {
+                Ok(Taken::Kept(said) | Taken::Leased(said)) => {
                     answered(shm, &said);
-                    // Asked at once whether the lease is still this
-                    // server's (a copy of a server that released it is not).
-                    next_renew = now_ms();
-                    0
-                }
-                Ok(Taken::Leased(said)) => {
-                    answered(shm, &said);
+                    logged.clear();
+                    shm.registry.set_tried();
                     next_renew = now_ms() + RENEW_MS;
                     RENEW_MS
                 }
                 Err(f) => {
                     conn = None;
-                    answered(shm, &f.to_text());
+                    failed(shm, &f, &mut logged);
+                    shm.registry.set_tried();
                     // Doubling up to half a minute: a registry that
                     // refuses (full, a bad answer) is not asked in a loop.
                     let wait = retry_ms;
@@ -101,10 +98,13 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
             },
             Some(w) if now_ms() >= next_renew && shm.registry.gone().is_none() => {
                 match renew(shm, cfg, w, policy, &mut conn) {
-                    Ok(said) => answered(shm, &said),
+                    Ok(said) => {
+                        answered(shm, &said);
+                        logged.clear();
+                    }
                     Err(f) => {
                         conn = None;
-                        answered(shm, &f.to_text());
+                        failed(shm, &f, &mut logged);
                     }
                 }
                 next_renew = now_ms() + RENEW_MS;
@@ -118,4 +118,21 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
 
 fn answered(shm: &Shmem, text: &str) {
     shm.registry.answered(text, now_ms());
+}
+
+/// A failed question: in the status, and in the server's log once for each
+/// new reason (a registry that keeps refusing is not logged every turn).
+fn failed(shm: &Shmem, f: &snowflake_id_core::Failure, logged: &mut String) {
+    answered(shm, &f.to_text());
+    if *logged != f.message {
+        logged.clone_from(&f.message);
+        crate::pg::error::log(
+            snowflake_id_core::Failure::new(
+                snowflake_id_core::Class::Warning,
+                format!("snowflake_id: the registry: {}", f.message),
+            )
+            .hint(f.hint.clone().unwrap_or_else(|| "SELECT registry FROM snowflake_id.snowflake_status says what the registry last answered.".into())),
+            pgrx::PgLogLevel::WARNING,
+        );
+    }
 }

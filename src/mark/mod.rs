@@ -280,6 +280,12 @@ pub fn extend(
     let reservation = Reservation::for_layout(&cfg.layout);
     let mut past = None;
     let pending = shm.mark.with_lock(|| {
+        // Looked at again under the lock: a lease released while this call
+        // waited for it must not be extended past the time the release
+        // read (`registry::release`).
+        if let Some(f) = refused(shm) {
+            return Err(f);
+        }
         resume::floor_if_copied(shm, cfg, lim);
         // While set-aside copied IDs are unsettled, no mark reaches them.
         let ceiling = shm.refusal.ceiling();

@@ -195,6 +195,7 @@ impl Connection {
             c"keepalives_interval".as_ptr(),
             c"keepalives_count".as_ptr(),
             c"tcp_user_timeout".as_ptr(),
+            c"options".as_ptr(),
             c"dbname".as_ptr(),
             std::ptr::null(),
         ];
@@ -204,6 +205,9 @@ impl Connection {
             c"5".as_ptr(),
             c"3".as_ptr(),
             c"30000".as_ptr(),
+            // A function's SET clause does not bound the statement already
+            // running, and a lease must be durable where it is answered.
+            c"-c statement_timeout=10s -c synchronous_commit=on".as_ptr(),
             info.as_ptr(),
             std::ptr::null(),
         ];

@@ -20,6 +20,16 @@ pub enum Gone {
     Lost = 3,
 }
 
+impl Gone {
+    pub fn words(self) -> &'static str {
+        match self {
+            Gone::ReleasedHere => "released here",
+            Gone::ReleasedThere => "released in the registry",
+            Gone::Lost => "held there for another server, or not at all",
+        }
+    }
+}
+
 #[repr(C, align(64))]
 pub struct RegistryState {
     pub pid: Pid,
@@ -34,6 +44,10 @@ pub struct RegistryState {
     /// This start's token (0 until first asked): the registry gives a
     /// retry of one start the 'disposable' lease it gave that start.
     token: AtomicU64,
+    /// Whether the worker's first try at a lease since this start is over
+    /// (a lease kept or leased is settled before): a call that finds none
+    /// settled then waits no more.
+    tried: AtomicBool,
 }
 
 impl RegistryState {
@@ -45,6 +59,7 @@ impl RegistryState {
             gone: AtomicU8::new(0),
             token: AtomicU64::new(0),
             backfill_taken: AtomicBool::new(false),
+            tried: AtomicBool::new(false),
         }
     }
 
@@ -92,6 +107,14 @@ impl RegistryState {
 
     pub fn backfill_taken(&self) -> bool {
         self.backfill_taken.load(Ordering::Acquire)
+    }
+
+    pub fn set_tried(&self) {
+        self.tried.store(true, Ordering::Release);
+    }
+
+    pub fn tried(&self) -> bool {
+        self.tried.load(Ordering::Acquire)
     }
 
     pub fn gone(&self) -> Option<Gone> {

@@ -174,17 +174,24 @@ def test_a_restart_keeps_the_worker_id_with_the_registry_stopped():
         before = take(s)
         r.stop()
         s.restart()
-        # Kept from its file at once: no wait, no registry.
+        # Kept from its file: a registry that cannot be reached stops nothing.
+        assert wait_leased(s) == w
         after = take(s)
         assert decoded_workers(s, after) == {w}
         assert min(after) > max(before)
-        assert "kept from" in s.log_text()
+        assert "kept from its lease file; the registry could not confirm it" in s.log_text()
         # A kill -9 keeps it too.
         s.kill9_all()
         s.start()
+        assert wait_leased(s) == w
         assert decoded_workers(s, take(s, 10)) == {w}
-        # And the registry, back, still lists one live lease for it.
+        # With the registry up, a start keeps it once the registry says it
+        # still holds it.
         r.start()
+        s.restart()
+        assert wait_leased(s) == w
+        assert f"worker id {w} kept from this server's lease file; worker id {w} renewed" in status(s, "registry")
+        # And the registry still lists one live lease for it.
         assert [(row[0], row[3]) for row in leases(r)] == [(w, True)]
         # A registry that lost the row (restored from an older backup) gets
         # it back at the holder's next renew; the holder issues on.
@@ -315,6 +322,39 @@ def test_a_released_worker_id_goes_to_the_next_holder_above_its_last_id_time():
                        user="registrar")[0] == "22023"
 
 
+def test_a_server_whose_lease_was_given_away_meanwhile_issues_nothing_under_it():
+    """A server's lease file says it holds worker id 0, but while it was
+    down the registry's role wrote it off (release_gone) and another server
+    leased 0 (as a backup restored from before a release would find it).
+    At start the registry is asked before the first ID: the server issues
+    nothing under 0, and leases another worker id, here none is free."""
+    layout = {"snowflake_id.layout": "'time=41,worker=1,sequence=21,unit=1ms'"}
+    with servers() as made:
+        r = registry(made)
+        a = leasing(made, "reg-gone-a", r, conf=layout)
+        assert wait_leased(a) == 0
+        other = leasing(made, "reg-gone-o", r, conf=layout)
+        assert wait_leased(other) == 1
+        take(a)
+        a.stop()
+        r.one("SELECT snowflake_registry.release_gone(0, now())", dbname="registry", user="registrar")
+        b = leasing(made, "reg-gone-b", r, conf=layout)
+        assert wait_leased(b) == 0
+        a.start()
+        wait_until(lambda: "every worker id from 0 to 1 is leased" in (status(a, "registry") or ""),
+                   lambda: f"a's answer: {status(a, 'registry')!r}")
+        code, message, _ = a.error("SELECT snowflake_nextval()")
+        assert code == "55000" and "no worker id yet" in message, message
+        assert status(a, "worker_id") is None
+        assert "no longer this server's (held there for another server, or not at all)" in a.log_text()
+        # Once a worker id is free, it leases that one (0 stays b's).
+        r.one("SELECT snowflake_registry.release_gone(1, now())", dbname="registry", user="registrar")
+        other.stop()
+        assert wait_leased(a) == 1
+        assert decoded_workers(a, take(a, 10)) == {1}
+        assert {(row[0], row[2]) for row in leases(r) if row[3]} == {(0, "reg-gone-b"), (1, "reg-gone-a")}
+
+
 def test_a_base_backup_keeps_the_lease_and_the_claims_refuse_the_later_of_the_two():
     """A base backup started beside its original: same system identifier,
     same lease (its file came along). The claims refuse the later of the
@@ -331,7 +371,7 @@ def test_a_base_backup_keeps_the_lease_and_the_claims_refuse_the_later_of_the_tw
         r.stop()
         c = started(made, "reg-copy-c", copy_of=p,
                     conf={"cluster_name": "'reg-copy-c'", "snowflake_id.worker_id": None})
-        # The copy holds the same lease, asking nobody (the registry is down).
+        # The copy holds the same lease (the registry cannot be reached).
         assert wait_leased(c) == w
         refusal = f"worker id {w} is also claimed by the live server \"reg-copy-p\""
         wait_problem(c, refusal)
