@@ -3,8 +3,9 @@
 //! (`registry::take`: kept from the lease file once the registry says it
 //! still holds it or cannot be asked, or leased), asking again (after 2 s,
 //! then twice as long each time, up to 30 s) until it has one, then renews
-//! the lease every ten seconds (`registry::renew`). What the registry last answered is published for
-//! the status.
+//! the lease every ten seconds (`registry::renew`). What the registry last
+//! answered is published for the status, and a failure is logged once for
+//! each new reason.
 //!
 //! A process of its own: it waits on the network, which neither the
 //! reserver nor a caller may.
