@@ -121,22 +121,9 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
             .worker
             .waits_until()
             .unwrap_or_else(|| clock::now_ms() + FIRST_CLAIMS_WAIT_MS);
-        while clock::now_ms() < deadline {
-            if let Some(w) = in_force(shm) {
-                return Ok(w);
-            }
-            // A refusal the worker published (a promoted copy's, a group
-            // moved, a claim that collides) answers the call now: waiting
-            // out the deadline would only delay the same error.
-            mark::may_issue(shm)?;
-            clock::sleep_on_latch(10);
-            pgrx::check_for_interrupts!();
-        }
-        if let Some(w) = in_force(shm) {
+        if let Some(w) = settled_by(shm, deadline, || false)? {
             return Ok(w);
         }
-        // A refusal the worker published meanwhile stands all the same.
-        mark::may_issue(shm)?;
     }
     match cfg.worker {
         WorkerSource::CitusGroup { offset } => settle_from_citus(shm, offset, cfg),
@@ -159,17 +146,26 @@ fn unsettled(shm: &Shmem, cfg: &Config) -> Result<u32, Failure> {
 /// lease as soon as it knows). A first try over with nothing settled
 /// released the kept lease, and leasing another failed.
 fn awaited_lease(shm: &Shmem, kept: u32) -> Result<u32, Failure> {
+    let tried = || shm.registry.answer_given();
     let deadline = clock::now_ms() + FIRST_CLAIMS_WAIT_MS;
+    settled_by(shm, deadline, tried)?.ok_or_else(|| not_leased(shm, (!tried()).then_some(kept)))
+}
+
+/// The worker id a worker settles by `deadline`, or before `over` says it
+/// will not: waited for on the latch, interruptibly. A refusal the worker
+/// published meanwhile (a promoted copy's, a group moved, a claim that
+/// collides, a lease gone) answers the call at once: waiting out the
+/// deadline would only delay the same error.
+fn settled_by(shm: &Shmem, deadline: i64, over: impl Fn() -> bool) -> Result<Option<u32>, Failure> {
     loop {
+        // `over` first: a worker settles before it says it is done.
+        let done = over() || clock::now_ms() >= deadline;
         if let Some(w) = in_force(shm) {
-            return Ok(w);
+            return Ok(Some(w));
         }
         mark::may_issue(shm)?;
-        if shm.registry.tried() {
-            return Err(not_leased(shm, None));
-        }
-        if clock::now_ms() >= deadline {
-            return Err(not_leased(shm, Some(kept)));
+        if done {
+            return Ok(None);
         }
         clock::sleep_on_latch(10);
         pgrx::check_for_interrupts!();

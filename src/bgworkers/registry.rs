@@ -82,14 +82,12 @@ pub extern "C-unwind" fn snowflake_registry_main(_arg: pg_sys::Datum) {
                 Ok(Taken::Kept(said) | Taken::Leased(said)) => {
                     answered(shm, &said);
                     logged.clear();
-                    shm.registry.set_tried();
                     next_renew = now_ms() + RENEW_MS;
                     RENEW_MS
                 }
                 Err(f) => {
                     conn = None;
                     failed(shm, &f, &mut logged);
-                    shm.registry.set_tried();
                     // Doubling up to half a minute: a registry that
                     // refuses (full, a bad answer) is not asked in a loop.
                     let wait = retry_ms;

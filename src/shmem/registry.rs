@@ -44,10 +44,6 @@ pub struct RegistryState {
     /// This start's token (0 until first asked): the registry gives a
     /// retry of one start the 'disposable' lease it gave that start.
     token: AtomicU64,
-    /// Whether the worker's first try at a lease since this start is over
-    /// (a lease kept or leased is settled before): a call that finds none
-    /// settled then waits no more.
-    tried: AtomicBool,
 }
 
 impl RegistryState {
@@ -59,7 +55,6 @@ impl RegistryState {
             gone: AtomicU8::new(0),
             token: AtomicU64::new(0),
             backfill_taken: AtomicBool::new(false),
-            tried: AtomicBool::new(false),
         }
     }
 
@@ -109,12 +104,11 @@ impl RegistryState {
         self.backfill_taken.load(Ordering::Acquire)
     }
 
-    pub fn set_tried(&self) {
-        self.tried.store(true, Ordering::Release);
-    }
-
-    pub fn tried(&self) -> bool {
-        self.tried.load(Ordering::Acquire)
+    /// Whether the worker has published an answer since this start: its
+    /// first try at a lease is over (a lease kept or leased is settled
+    /// before it answers).
+    pub fn answer_given(&self) -> bool {
+        self.answered_at_ms.load(Ordering::Acquire) != 0
     }
 
     pub fn gone(&self) -> Option<Gone> {
